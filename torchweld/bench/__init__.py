@@ -1,0 +1,1 @@
+"""`torchweld bench`: judge a whole directory of problems and render reports from the saved results."""

@@ -1,0 +1,168 @@
+"""Judge one problem (compiling it first under `--compile`) and save its result; the per-GPU worker loop."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+from torchweld.bench.plan import Task, results_path, write_json
+
+# Outcomes the bench adds to the judge's own (correct|wrong|cheat|no_build|runtime_error|timeout).
+COMPILE_ERROR = "compile_error"  # `--compile`: compile_file raised
+NO_CANDIDATE = "no_candidate"  # `--candidates`: no file for this problem
+JUDGE_ERROR = "judge_error"  # the judge itself raised: a bench/judge bug, not the candidate's fault
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every worker needs: where results go, judge settings, and the (injectable) check/compile."""
+
+    out: Path
+    timeout: float | None = None
+    timing: bool = True
+    check: Callable | None = None  # None: torchweld.judge.check.check, imported in the worker
+    compile_fn: Callable | None = None  # None: torchweld.pipeline.compile_file
+
+
+def blank_result(task: Task, outcome: str, message: str, details: list[str] | None = None) -> dict:
+    """A result in the judge's shape for a problem the judge never saw (so reports need no special case)."""
+    return {
+        "problem": str(task.problem),
+        "name": task.stem,
+        "candidate": str(task.candidate) if task.candidate else None,
+        "outcome": outcome,
+        "message": message,
+        "details": list(details or []),
+        "build_s": None,
+        "correctness": [],
+        "generalization": [],
+        "cheats": [],
+        "static": [],
+        "timing": None,
+        "device": None,
+        "torch": None,
+        "precision": None,
+        "extracted_from": None,
+    }
+
+
+def finish(task: Task, result: dict, job: Job, started: float, worker: int | None, gpu: str | None) -> dict:
+    """Tag a result with the bench's bookkeeping and save it at once (what resume and reports read)."""
+    result = dict(result)
+    result.update(category=task.category, key=task.key, rel=task.rel)
+    result.setdefault("name", task.stem)
+    result["bench"] = {
+        "candidate": str(task.candidate) if task.candidate else None,
+        "compiled": task.compile,
+        "worker": worker,
+        "gpu": gpu,
+        "wall_s": round(time.monotonic() - started, 3),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    write_json(results_path(job.out, task.key), result)
+    return result
+
+
+def evaluate(task: Task, job: Job, worker: int | None = None, gpu: str | None = None) -> dict:
+    """Compile (if asked) and judge one problem; every failure becomes a saved result, never an exception."""
+    started = time.monotonic()
+    if task.candidate is None:
+        result = blank_result(task, NO_CANDIDATE, f"no candidate file for {task.rel} (looked for .py/.md/.txt)")
+        return finish(task, result, job, started, worker, gpu)
+    if task.compile:
+        try:
+            task.candidate.parent.mkdir(parents=True, exist_ok=True)
+            written = _compiler(job)(task.problem, task.candidate)
+            if written is not None and Path(written) != task.candidate:
+                task = dataclasses.replace(task, candidate=Path(written))
+        except Exception as e:
+            result = blank_result(task, COMPILE_ERROR, one_line(e), _trace())
+            return finish(task, result, job, started, worker, gpu)
+    try:
+        check, options = _judge(job)
+        result = dict(check(task.problem, task.candidate, options))
+    except Exception as e:
+        result = blank_result(task, JUDGE_ERROR, f"the judge raised {one_line(e)}", _trace())
+    return finish(task, result, job, started, worker, gpu)
+
+
+def worker_main(worker: int, gpu: str | None, tasks, conn, job: Job) -> None:
+    """A worker process: pin to one GPU, then pull problems off the shared queue until a None arrives."""
+    # Own session: Ctrl-C in the terminal reaches only the parent, which then stops the whole group;
+    # otherwise a half-killed judge subprocess would be recorded (and later resumed) as a failure.
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    # Set before anything touches CUDA (the real judge is imported only below, in _judge).
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    _redirect_output(job.out / "logs" / f"worker{worker}.log")
+    while True:
+        task = tasks.get()
+        if task is None:
+            conn.send(("exit", worker, None, None))
+            return
+        conn.send(("start", worker, task.key, None))
+        print(f"=== {task.label} ({datetime.now().isoformat(timespec='seconds')})", flush=True)
+        result = evaluate(task, job, worker, gpu)
+        print(f"=== {task.label}: {result['outcome']}: {result.get('message')}", flush=True)
+        conn.send(("done", worker, task.key, result))
+
+
+def make_options(cls, wanted: dict):
+    """Build the judge's options from the settings it actually has (its fields may grow or shrink)."""
+    if cls is None:
+        return SimpleNamespace(**wanted)
+    if dataclasses.is_dataclass(cls):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in wanted.items() if k in names})
+    return cls(**wanted)
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _judge(job: Job):
+    wanted = {"timing": job.timing}
+    if job.timeout is not None:
+        wanted["timeout"] = job.timeout
+    if job.check is not None:
+        try:
+            from torchweld.judge.check import CheckOptions
+        except ImportError:  # an injected check without the real judge installed (tests)
+            CheckOptions = None
+        return job.check, make_options(CheckOptions, wanted)
+    from torchweld.judge.check import CheckOptions, check
+
+    return check, make_options(CheckOptions, wanted)
+
+
+def _compiler(job: Job):
+    if job.compile_fn is not None:
+        return job.compile_fn
+    from torchweld.pipeline import compile_file
+
+    return compile_file
+
+
+def _trace(limit: int = 40) -> list[str]:
+    lines = traceback.format_exc().rstrip().splitlines()
+    return lines[-limit:]
+
+
+def _redirect_output(log: Path) -> None:
+    """Send this process's fds 1/2 (and so nvcc's and the judge's chatter) to a log, off the progress bar."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
