@@ -71,7 +71,7 @@ def find_problems(root: Path, exclude: tuple[Path, ...] = (), pattern: str | Non
             path = here / name
             if is_problem_file(path) and (pattern is None or matches(path.relative_to(root), pattern)):
                 found.append(path)
-    return found
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
 def matches(rel: Path, pattern: str) -> bool:

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchweld.bench.format import pct, times
 from torchweld.bench.html import render_html
 from torchweld.bench.metrics import as_json, compute
 from torchweld.bench.plan import load_results, write_json
@@ -22,6 +23,7 @@ class Written:
     report_html: Path
     speedups_png: Path | None
     notes: tuple[str, ...] = ()
+    headline: str = ""
 
 
 def write_reports(out: Path, results: list[dict], meta: dict) -> Written:
@@ -41,7 +43,14 @@ def write_reports(out: Path, results: list[dict], meta: dict) -> Written:
     summary.write_text(render_markdown(results, m, meta, notes))
     html = out / "report.html"
     html.write_text(render_html(results, m, meta, notes, None if note else png))
-    return Written(results_json, summary, html, None if note else png, tuple(notes))
+    return Written(results_json, summary, html, None if note else png, tuple(notes), headline(m))
+
+
+def headline(m) -> str:
+    """One line for the terminal: correctness, both geomeans, fast_1 vs torch.compile."""
+    return (f"{m.total} problems: {m.correct} correct ({pct(m.correct_rate)}); geomean speedup "
+            f"{times(m.geomean['eager'])} vs eager, {times(m.geomean['compile'])} vs torch.compile; "
+            f"fast_1 vs torch.compile {pct(m.fast['compile'][1.0])}")
 
 
 def rerender(out: Path) -> Written:
