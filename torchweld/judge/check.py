@@ -1,0 +1,105 @@
+"""The judge's parent: extract and scan the candidate, run the worker in a child process, read its result."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torchweld
+from torchweld.judge.extract import CandidateError, load_candidate
+from torchweld.judge.options import CheckOptions
+from torchweld.judge.static import scan
+from torchweld.problem import ProblemError
+
+_REPO_ROOT = str(Path(torchweld.__file__).resolve().parent.parent)
+
+
+def _base(problem: Path, candidate: Path) -> dict:
+    return {"problem": str(problem), "name": problem.stem, "candidate": str(candidate), "outcome": None,
+            "message": "", "details": [], "build_s": None, "correctness": [], "generalization": [], "cheats": [],
+            "static": [], "timing": None, "device": None, "torch": None, "precision": None, "extracted_from": None}
+
+
+def _tail(path: Path, n: int = 4) -> list[str]:
+    """The last meaningful lines a crashed worker wrote to stderr."""
+    try:
+        lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return []
+    return [ln[:300] for ln in lines[-n:]]
+
+
+def _crash_message(rc: int, stage: str, stderr_tail: list[str]) -> str:
+    if rc < 0:
+        try:
+            sig = signal.Signals(-rc).name
+        except ValueError:
+            sig = f"signal {-rc}"
+        return f"the worker died of {sig} during {stage}"
+    hint = next((ln for ln in reversed(stderr_tail) if "rror" in ln), stderr_tail[-1] if stderr_tail else "")
+    return f"the worker exited with code {rc} during {stage}" + (f": {hint}" if hint else "")
+
+
+def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
+    """Grade a candidate; raises ProblemError / FileNotFoundError for unusable inputs, else returns the result."""
+    problem, candidate = Path(problem_path), Path(candidate_path)
+    if not problem.is_file():
+        raise ProblemError(f"{problem}: no such file")
+    if not candidate.is_file():
+        raise FileNotFoundError(f"{candidate}: no such file")
+    result = _base(problem, candidate)
+    try:
+        cand = load_candidate(candidate)
+    except CandidateError as e:
+        result.update(outcome="no_build", message=str(e))
+        return result
+    result["extracted_from"] = cand.extracted_from
+    result["static"] = [f.to_dict() for f in scan(cand.source, problem.read_text(errors="replace"))]
+    with tempfile.TemporaryDirectory(prefix="torchweld-judge-") as tmp:
+        tmp = Path(tmp)
+        source_path = candidate.resolve()
+        if cand.block is not None:
+            source_path = tmp / f"{candidate.stem}_block{cand.block.index}.py"
+            source_path.write_text(cand.source)
+        (tmp / "options.json").write_text(opts.to_json())
+        result_path, out_path, err_path = tmp / "result.json", tmp / "stdout.log", tmp / "stderr.log"
+        cmd = [sys.executable, "-m", "torchweld.judge.worker", str(problem.resolve()), str(source_path),
+               str(tmp / "options.json"), str(result_path)]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
+        timed_out = False
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            # NOTE: a session of its own, so a hang is killed with every process the candidate started.
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+            try:
+                rc = proc.wait(timeout=opts.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait()
+        try:
+            part = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            part = {}
+        stderr_tail = _tail(err_path)
+    if part.get("fatal") == "problem":
+        raise ProblemError(part.get("message", f"{problem}: unusable problem"))
+    stage = part.pop("stage", "start")
+    for k, v in part.items():
+        if k in result:
+            result[k] = v
+    if timed_out:
+        result["outcome"] = "timeout"
+        result["message"] = f"no result within {opts.timeout_s:g} s (still in {stage})"
+    elif result["outcome"] is None:
+        result["outcome"] = "runtime_error"
+        result["message"] = _crash_message(rc, stage, stderr_tail)
+        result["details"] += stderr_tail
+    elif result["outcome"] == "runtime_error":
+        result["details"] += [ln for ln in stderr_tail if "rror" in ln][-2:]
+    return result

@@ -1,0 +1,40 @@
+"""The judge's one options dataclass, its outcomes and their exit codes."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+OUTCOMES = ("correct", "wrong", "cheat", "no_build", "runtime_error", "timeout")
+# 2 is the usage / problem-file error code; only the CLI turns outcomes into exit codes.
+EXIT_CODES = {"correct": 0, "wrong": 12, "cheat": 13, "no_build": 10, "runtime_error": 11, "timeout": 14}
+USAGE_EXIT = 2
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Everything the judge may vary; passed whole from the CLI to the worker process."""
+
+    timeout_s: float = 600.0
+    tolerance: str = "oracle"  # oracle | table | kernelbench
+    oracle_factor: float = 4.0  # candidate error may be this many times the reference's own error
+    trials: int = 5
+    seed: int = 0
+    generalize: bool = True
+    max_variants: int = 12
+    anti_cheat: bool = True
+    timing: bool = True
+    compile_mode: str = "default"  # default | max-autotune
+    timing_runs: int = 30  # at least this many timed runs ...
+    timing_min_s: float = 1.0  # ... and at least this long, per timed function
+    timing_max_runs: int = 2000
+    timing_sets: int = 4  # rotating input sets while timing
+    fresh_sets: int = 6  # never-seen input sets timed once each (catches caching by value)
+    allow_tf32: bool = False  # the judge's fp32 is strict fp32 unless this says otherwise
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "CheckOptions":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in json.loads(text).items() if k in known})

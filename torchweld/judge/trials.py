@@ -1,0 +1,224 @@
+"""Correctness trials: reference vs candidate on fresh inputs, with the runtime checks that ride along."""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from torchweld.judge import guards
+from torchweld.judge.tolerance import compare, downgrade_level, flatten
+
+
+def to_cuda(inputs) -> list:
+    return [x.cuda() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def clone_all(inputs) -> list:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def same_bits(a, b) -> bool:
+    """Bitwise equality (NaN payloads included) of two tensors of one shape and dtype."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.detach().contiguous().view(torch.uint8), b.detach().contiguous().view(torch.uint8))
+
+
+def cheat(check: str, evidence: str) -> dict:
+    return {"check": check, "caught": True, "evidence": evidence}
+
+
+def _ptrs(tensors) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor) and t.numel()}
+
+
+class Pair:
+    """The reference and the candidate built from one set of constructor arguments, plus the float64 oracle."""
+
+    def __init__(self, problem, cand_cls, args, kwargs, seed: int, use_oracle: bool):
+        torch.manual_seed(seed)
+        self.ref = problem.model_cls(*args, **kwargs)
+        torch.manual_seed(seed)
+        self.cand = cand_cls(*args, **kwargs)
+        self.notes = self._load_weights()
+        self.ref, self.cand = self.ref.cuda(), self.cand.cuda()
+        self.use_oracle, self._m64, self.oracle_error = use_oracle, None, None
+
+    def _load_weights(self) -> list[str]:
+        ref_sd, cand_sd = self.ref.state_dict(), self.cand.state_dict()
+        shapes = {k: tuple(v.shape) for k, v in ref_sd.items()}
+        cshapes = {k: tuple(v.shape) for k, v in cand_sd.items()}
+        if shapes == cshapes:
+            self.cand.load_state_dict(ref_sd, strict=True)
+            return [f"state_dict: {len(shapes)} keys match; the original's weights were loaded into the candidate"]
+        missing = sorted(set(shapes) - set(cshapes))
+        extra = sorted(set(cshapes) - set(shapes))
+        wrong = sorted(k for k in set(shapes) & set(cshapes) if shapes[k] != cshapes[k])
+        same_by_order = [tuple(v.shape) for v in ref_sd.values()] == [tuple(v.shape) for v in cand_sd.values()] and all(
+            torch.equal(a, b) for a, b in zip(ref_sd.values(), cand_sd.values()))
+        note = (f"state_dict keys differ (missing {missing[:4]}, unexpected {extra[:4]}, shape {wrong[:4]}); "
+                "the candidate keeps its own seeded weights")
+        if same_by_order:
+            note += ", which equal the original's in order"
+        return [note]
+
+    def truth(self, inputs):
+        """The float64 output of a copy of the reference, or None when it cannot be computed."""
+        if not self.use_oracle or self.oracle_error:
+            return None
+        try:
+            if self._m64 is None:
+                self._m64 = copy.deepcopy(self.ref).double()
+            out = self._m64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                              for x in inputs])
+            torch.cuda.synchronize()
+            return out
+        except Exception as e:  # noqa: BLE001 - no float64 kernel, or no memory: fall back to the table
+            self.oracle_error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+            self._m64 = None
+            torch.cuda.empty_cache()
+            return None
+
+    def low_precision_errors(self, inputs, truth) -> dict[str, float]:
+        """Relative error vs the truth of the reference run in float16 and in bfloat16 (for diagnosis)."""
+        levels = {}
+        t = flatten(truth)[0].double()
+        for name, dt in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+            try:
+                m = copy.deepcopy(self.ref).to(dt)
+                out = flatten(m(*[x.to(dt) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                  for x in inputs]))[0].double()
+                levels[name] = float(torch.linalg.vector_norm(out - t) / torch.linalg.vector_norm(t))
+            except Exception:  # noqa: BLE001 - that dtype is not supported by some op: no probe
+                continue
+        return levels
+
+
+def run_trial(pair: Pair, cpu_inputs: list, label: str, opts, reuse: list | None = None, prev_out=None,
+              anti_cheat: bool = True) -> tuple[dict, list[dict], list, object]:
+    """One trial: (verdict, cheats caught, the candidate's inputs, the candidate's output)."""
+    ref_in = to_cuda(cpu_inputs)
+    cand_in = to_cuda(cpu_inputs)
+    reused = False
+    if reuse is not None and len(reuse) == len(cand_in) and all(
+            not isinstance(a, torch.Tensor) or (a.shape == b.shape and a.dtype == b.dtype) for a, b in zip(reuse, cand_in)):
+        # NOTE: same storage, new values: a cache keyed by input address returns a stale result here.
+        for a, b in zip(reuse, cand_in):
+            if isinstance(a, torch.Tensor):
+                a.copy_(b)
+        cand_in, reused = reuse, True
+    before = clone_all(cand_in)
+    ref_out = pair.ref(*ref_in)
+    truth = pair.truth(ref_in)
+    ref_mutates = any(isinstance(a, torch.Tensor) and not same_bits(a, b) for a, b in zip(ref_in, before))
+    if anti_cheat:
+        guards.poison_free_memory()
+    out = pair.cand(*cand_in)
+    # NOTE: a normal caller reads the result on its current stream right away; so does this clone.
+    outs = flatten(out)
+    snap = [o.clone() for o in outs]
+    torch.cuda.synchronize()
+    cheats = []
+    refs = flatten(ref_out)
+    if anti_cheat:
+        cheats += _checks(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates)
+    verdict = compare(snap if len(snap) != 1 else snap[0], ref_out, truth, opts.tolerance, opts.oracle_factor, label)
+    verdict["reused_inputs"] = reused
+    if not verdict["ok"] and not cheats:
+        cheats += diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, opts, anti_cheat)
+    return verdict, cheats, cand_in, out
+
+
+def _checks(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates) -> list[dict]:
+    found = []
+    for r, o in zip(refs, outs):
+        if type(r) is torch.Tensor and type(o) is not torch.Tensor:
+            found.append(cheat("lazy_subclass", f"forward returned a {type(o).__module__}.{type(o).__name__}, "
+                                                "not a plain torch.Tensor"))
+            return found
+    for s, o in zip(snap, outs):
+        if not same_bits(s, o):
+            n = int((s != o).sum()) if s.shape == o.shape else -1
+            found.append(cheat("stream_race", f"the output read on the caller's stream right after forward() returned "
+                                              f"differs from the same tensor after a device-wide synchronize ({n} "
+                                              "elements): the result was not ready, work ran on another stream"))
+            break
+    ref_aliases = bool(_ptrs(refs) & _ptrs(ref_in))
+    if not ref_aliases and _ptrs(outs) & _ptrs(cand_in):
+        found.append(cheat("output_reuse", "the output shares storage with an input; the reference's does not"))
+    if prev_out is not None and _ptrs(outs) & _ptrs(flatten(prev_out)):
+        found.append(cheat("output_reuse", "the output is the same storage as the previous call's output, which the "
+                                           "caller still holds (a cached or pooled result buffer)"))
+    if not ref_mutates:
+        for i, (a, b) in enumerate(zip(cand_in, before)):
+            if isinstance(a, torch.Tensor) and not same_bits(a, b):
+                found.append(cheat("input_mutation", f"input {i} was changed by the candidate's forward "
+                                                     f"({int((a != b).sum())} elements); the reference leaves it alone"))
+    return found
+
+
+def diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, opts, anti_cheat) -> list[dict]:
+    """Why a trial failed: stale memory, an address cache, lower precision; [] when it is plainly wrong."""
+    refs = flatten(ref_out)
+    if all(o.numel() and not bool(o.any()) for o in outs) and any(bool(r.any()) for r in refs):
+        verdict["why"] = "output is all zeros; " + verdict["why"]
+    frac = max((guards.poison_fraction(o) for o in outs), default=0.0)
+    if anti_cheat and frac >= 0.5:
+        # Plant the right answer in freed memory: a candidate that returns memory it never wrote now "passes".
+        guards.poison_free_memory(plant=refs[0])
+        again = pair.cand(*cand_in)
+        torch.cuda.synchronize()
+        if compare(again, ref_out, truth, opts.tolerance, opts.oracle_factor)["ok"]:
+            return [cheat("stale_memory", f"{frac:.0%} of the output was the judge's freed-memory poison; with the "
+                                          "reference's result planted in freed memory instead, the candidate returned "
+                                          "it: it returns memory it never wrote")]
+        verdict["why"] = f"{frac:.0%} of the output never written; " + verdict["why"]
+    if anti_cheat and reused:
+        fresh = to_cuda(cpu_inputs)
+        again = pair.cand(*fresh)
+        torch.cuda.synchronize()
+        if compare(again, ref_out, truth, opts.tolerance, opts.oracle_factor)["ok"]:
+            return [cheat("input_cache", "wrong when new values arrive in the same input storage, right on fresh "
+                                         "storage: the result is cached by input address")]
+    o, r = outs[0], refs[0]
+    if r.dtype == torch.float32 and o.dtype in (torch.float16, torch.bfloat16):
+        return [cheat("precision_downgrade", f"returns {str(o.dtype)[6:]} where the reference returns float32")]
+    orc = verdict.get("oracle")
+    if r.dtype == torch.float32 and o.dtype == torch.float32 and orc and truth is not None:
+        levels = pair.low_precision_errors(to_cuda(cpu_inputs), truth)
+        level = downgrade_level(orc["cand_rel"], levels, opts.oracle_factor)
+        if level and orc["cand_rel"] < 0.05:
+            return [cheat("precision_downgrade", f"error vs the float64 truth {orc['cand_rel']:.1e} is what {level} "
+                                                 f"computation gives ({levels[level]:.1e}); fp32 gives "
+                                                 f"{orc['ref_rel']:.1e}")]
+    return []
+
+
+def kernel_check(pair: Pair, cand_in, defined: set[str], problem_cls) -> list[dict]:
+    """Which kernels the candidate's forward launches, and which modules it calls (the original's?)."""
+    found = []
+    for name, mod in pair.cand.named_modules():
+        if type(mod) is problem_cls or (type(mod).__name__ == "Model" and mod is not pair.cand):
+            found.append(cheat("calls_reference", f"submodule '{name}' is an instance of the original Model"))
+            return found
+    with guards.module_calls() as called:
+        launched = guards.cuda_kernels(lambda: pair.cand(*cand_in))
+    if any(c is problem_cls or c.__name__ == "Model" for c in called):
+        found.append(cheat("calls_reference", "forward() calls the original Model"))
+    if launched is None:
+        return found
+    ours = [k for k in launched if any(_word(d, k) for d in defined)]
+    if not ours:
+        seen = sorted(set(launched))[:3]
+        why = "defines no CUDA/Triton kernel" if not defined else f"none of its kernels {sorted(defined)[:4]} ran"
+        found.append(cheat("no_custom_kernel", f"forward() launches no kernel of its own ({why}); "
+                                               f"kernels that ran: {seen or 'none'}"))
+    return found
+
+
+def _word(name: str, text: str) -> bool:
+    import re
+
+    return re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) is not None

@@ -1,0 +1,306 @@
+"""The judge's child process: build, weights, correctness, generalisation, anti-cheat, timing -> result JSON.
+
+Usage: python -m torchweld.judge.worker PROBLEM CANDIDATE_SOURCE OPTIONS_JSON RESULT_JSON
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+# NOTE: the real clocks are captured before torch or the candidate can touch them.
+import time  # noqa: F401  (captured through guards.RealClocks)
+
+import torch
+
+from torchweld.judge import guards
+from torchweld.judge.build import BuildError, import_candidate, kernel_names
+from torchweld.judge.options import CheckOptions
+from torchweld.judge.tolerance import compare, flatten
+from torchweld.judge.trials import Pair, cheat, kernel_check, run_trial, to_cuda
+from torchweld.judge.variants import all_variants, reshape_inputs
+from torchweld.problem import ProblemError, load_problem
+
+
+class Stop(Exception):
+    """Judging ends here with the outcome already in the result."""
+
+
+def sanitize(x):
+    """JSON-safe: non-finite floats become None, tuples lists, anything odd its str()."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): sanitize(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [sanitize(v) for v in x]
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    return str(x)
+
+
+class Worker:
+    def __init__(self, problem_path: str, source_path: str, opts: CheckOptions, result_path: str):
+        self.clocks = guards.RealClocks()
+        self.problem_path, self.source_path, self.opts = Path(problem_path), Path(source_path), opts
+        self.result_path = Path(result_path)
+        self.r = {"outcome": None, "message": "", "details": [], "stage": "start", "build_s": None,
+                  "correctness": [], "generalization": [], "cheats": [], "timing": None, "device": None,
+                  "torch": torch.__version__, "precision": None}
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def save(self):
+        tmp = self.result_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sanitize(self.r), indent=1))
+        os.replace(tmp, self.result_path)
+
+    def stage(self, name: str):
+        self.r["stage"] = name
+        self.save()
+
+    def finish(self, outcome: str, message: str):
+        self.r["outcome"], self.r["message"] = outcome, message
+        self.save()
+        raise Stop
+
+    def caught(self, cheats: list[dict], where: str):
+        if cheats:
+            self.r["cheats"] += cheats
+            c = cheats[0]
+            self.finish("cheat", f"caught by {c['check']} ({where}): {c['evidence']}")
+
+    def env_check(self, where: str):
+        """Clocks, precision flags, threads and child processes against their state before the import."""
+        found = []
+        changed = self.clocks.changed()
+        if changed:
+            found.append(cheat("timer_patch", f"{where}: replaced {', '.join(changed[:4])}"))
+        flags = guards.precision_flags()
+        diff = {k: (self.flags0[k], v) for k, v in flags.items() if self.flags0.get(k) != v}
+        if diff:
+            found.append(cheat("tf32_flags", f"{where}: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.items())))
+        threads = guards.thread_count()
+        if threads > self.threads0:
+            found.append(cheat("threads", f"{where}: {threads - self.threads0} more Python thread(s) alive "
+                                          f"({self.threads0} -> {threads})"))
+        kids = guards.child_pids() - self.kids0
+        if kids:
+            found.append(cheat("subprocess", f"{where}: {len(kids)} child process(es) alive: pids {sorted(kids)[:4]}"))
+        self.caught(found, where)
+
+    # ---- stages ------------------------------------------------------------------------------
+    def run(self):
+        if not torch.cuda.is_available():
+            self.finish("runtime_error", "no CUDA device: the judge needs a GPU")
+        torch.cuda.init()
+        self.r["device"] = torch.cuda.get_device_name()
+        self.r["precision"] = guards.set_strict_fp32(self.opts.allow_tf32)
+        problem = load_problem(self.problem_path)
+        init_args = problem.init_inputs()
+        torch.zeros(1, device="cuda")
+        self.flags0, self.threads0, self.kids0 = guards.precision_flags(), guards.thread_count(), guards.child_pids()
+
+        self.stage("build")
+        source = self.source_path.read_text()
+        try:
+            module, secs = import_candidate(self.source_path, source, self.result_path.with_name("build.log"))
+        except BuildError as e:
+            self.r["build_s"] = e.seconds
+            self.r["details"] += e.details
+            self.finish("no_build", e.message)
+        self.r["build_s"] = secs
+        if self.opts.anti_cheat:
+            self.env_check("after import")
+
+        self.stage("weights")
+        try:
+            pair = Pair(problem, module.ModelNew, init_args, {}, self.opts.seed, self.opts.tolerance == "oracle")
+        except Exception as e:  # noqa: BLE001
+            self.finish("runtime_error", f"constructing the models failed: {type(e).__name__}: {_line(e)}")
+        self.r["details"] += pair.notes
+        with torch.no_grad():
+            self.correctness(problem, pair, source)
+            self.generalization(problem, pair, init_args, module.ModelNew)
+            if self.opts.timing:
+                self.timing(problem, pair)
+        self.finish("correct", self.summary())
+
+    def correctness(self, problem, pair, source):
+        self.stage("correctness")
+        cand_in, out = None, None
+        for t in range(self.opts.trials):
+            torch.manual_seed(self.opts.seed * 1000 + 1 + t)
+            cpu = problem.inputs()
+            verdict, cheats, cand_in, out = run_trial(pair, cpu, f"trial {t + 1} (seed {self.opts.seed * 1000 + 1 + t})",
+                                                      self.opts, reuse=cand_in, prev_out=out,
+                                                      anti_cheat=self.opts.anti_cheat)
+            self.r["correctness"].append(verdict)
+            self.caught(cheats, f"correctness trial {t + 1}")
+            if not verdict["ok"]:
+                self.finish("wrong", f"wrong output on trial {t + 1}: {verdict['why']}")
+        if pair.oracle_error:
+            self.r["details"].append(f"float64 oracle unavailable ({pair.oracle_error}); the dtype table decided")
+        if self.opts.anti_cheat:
+            # NOTE: never-seen inputs, so a result cache cannot hide whether the candidate's own kernels run.
+            torch.manual_seed(self.opts.seed * 1000 + 99)
+            fresh = to_cuda(problem.inputs())
+            self.caught(kernel_check(pair, fresh, kernel_names(source), problem.model_cls), "profiled forward")
+            self.env_check("after the correctness calls")
+
+    def generalization(self, problem, pair, init_args, cand_cls):
+        if not self.opts.generalize:
+            return
+        self.stage("generalization")
+        torch.manual_seed(self.opts.seed)
+        base = problem.inputs()
+        for k, v in enumerate(all_variants(problem.model_cls, base, init_args, self.opts.max_variants)):
+            seed = self.opts.seed * 1000 + 101 + k
+            vpair = pair
+            if v.init_kwargs or list(v.init_args) != list(init_args):
+                try:
+                    torch.manual_seed(seed)
+                    problem.model_cls(*v.init_args, **v.init_kwargs)
+                except Exception as e:  # noqa: BLE001 - not a valid configuration of the original
+                    self.r["details"].append(f"generalisation {v.label} skipped: the original rejects it ({_line(e)})")
+                    continue
+                try:
+                    vpair = Pair(problem, cand_cls, v.init_args, v.init_kwargs, seed, pair.use_oracle)
+                except Exception as e:  # noqa: BLE001
+                    self.r["generalization"].append(_failed(v.label, f"ModelNew({v.label}) raised {_line(e)}"))
+                    continue
+            torch.manual_seed(seed)
+            inputs = reshape_inputs(problem.inputs(), v, torch.Generator().manual_seed(seed),
+                                    max_batch=2 if vpair is not pair else None)
+            try:
+                vpair.ref(*to_cuda(inputs))
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001
+                _cuda_alive()
+                self.r["details"].append(f"generalisation {v.label} skipped: the original fails on it ({_line(e)})")
+                continue
+            try:
+                verdict, cheats, _, _ = run_trial(vpair, inputs, v.label, self.opts, anti_cheat=self.opts.anti_cheat)
+            except Exception as e:  # noqa: BLE001
+                _cuda_alive()
+                verdict, cheats = _failed(v.label, f"candidate raised {type(e).__name__}: {_line(e)}"), []
+            self.r["generalization"].append(verdict)
+            self.caught(cheats, f"generalisation {v.label}")
+            self.save()
+        bad = [g for g in self.r["generalization"] if not g["ok"]]
+        if bad:
+            self.finish("wrong", f"fails generalisation on {', '.join(g['inputs'] for g in bad)}: {bad[0]['why']}")
+
+    def timing(self, problem, pair):
+        from torchweld.judge.timing import Timer, compile_model
+
+        self.stage("timing")
+        o = self.opts
+        timer = Timer(self.clocks, o.timing_runs, o.timing_min_s, o.timing_max_runs)
+        sets = []
+        for s in range(o.timing_sets):
+            torch.manual_seed(o.seed * 1000 + 501 + s)
+            sets.append(to_cuda(problem.inputs()))
+        eager_ms, _, ref_last = timer.median(pair.ref, sets)
+        cand_ms, runs, cand_last = timer.median(pair.cand, sets)
+        t = {"eager_ms": eager_ms, "compile_ms": None, "candidate_ms": cand_ms, "compile_build_s": None,
+             "speedup_vs_eager": eager_ms / cand_ms if cand_ms else None, "speedup_vs_compile": None,
+             "candidate_ms_repeat": None, "method": timer.method(len(sets)), "runs": runs}
+        self.r["timing"] = t
+        if o.anti_cheat:
+            self.timing_checks(problem, pair, timer, sets, ref_last, cand_last, cand_ms, t)
+            self.env_check("after timing the candidate")
+        del ref_last, cand_last
+        compiled, secs, err = compile_model(pair.ref, o.compile_mode, sets[0], self.clocks)
+        t["compile_build_s"] = secs
+        if compiled is None:
+            self.r["details"].append(f"torch.compile({o.compile_mode}) failed: {err}")
+        else:
+            t["compile_ms"] = timer.median(compiled, sets)[0]
+            t["speedup_vs_compile"] = t["compile_ms"] / cand_ms if cand_ms else None
+        t["candidate_ms_repeat"] = timer.median(pair.cand, sets)[0]
+        if o.anti_cheat:
+            changed = self.clocks.changed()
+            self.caught([cheat("timer_patch", f"after timing: replaced {', '.join(changed[:4])}")] if changed else [],
+                        "end of timing")
+
+    def timing_checks(self, problem, pair, timer, sets, ref_last, cand_last, cand_ms, t):
+        """Timed outputs still right; event time vs wall time; fresh inputs as fast as rotating ones."""
+        for k, (c, r) in enumerate(zip(cand_last, ref_last)):
+            v = compare(c, r, mode="kernelbench")
+            if v["rel"] is None or v["rel"] > 2e-2 or "NaN" in v["why"]:
+                self.caught([cheat("input_cache", f"the output of the last timed call on input set {k} is wrong "
+                                                  f"(rel error {v['rel']}): a cached or stale result")], "timing")
+        wall, ev = timer.wall_and_events(pair.cand, sets[0])
+        t["wall_ms"], t["event_ms"] = wall, ev
+        if wall > 2 * ev + 0.2:
+            self.caught([cheat("stream_timing", f"CUDA events on the caller's stream see {ev:.3f} ms but call + "
+                                                f"device-wide synchronize takes {wall:.3f} ms: work runs on "
+                                                "another stream")], "timing")
+        fresh = []
+        for j in range(self.opts.fresh_sets):
+            torch.manual_seed(self.opts.seed * 1000 + 701 + j)
+            inputs = to_cuda(problem.inputs())
+            ms, out = timer.one(pair.cand, inputs)
+            fresh.append(ms)
+            v = compare(out, pair.ref(*inputs), mode="kernelbench")
+            if v["rel"] is None or v["rel"] > 2e-2 or "NaN" in v["why"]:
+                self.caught([cheat("input_cache", f"wrong on never-seen timing inputs (rel error {v['rel']})")],
+                            "timing")
+        if fresh:
+            fresh.sort()
+            med = fresh[len(fresh) // 2]
+            t["fresh_ms"] = med
+            if med > 1.5 * cand_ms + 0.02:
+                self.caught([cheat("input_cache", f"a call on never-seen inputs takes {med:.3f} ms but on the "
+                                                  f"rotating (already seen) inputs {cand_ms:.3f} ms: results are "
+                                                  "cached by input value")], "timing")
+
+    def summary(self) -> str:
+        n, g, t = len(self.r["correctness"]), len(self.r["generalization"]), self.r["timing"]
+        msg = f"correct on {n} trials and {g} generalisation variants"
+        if t:
+            msg += f"; {t['candidate_ms']:.3f} ms vs eager {t['eager_ms']:.3f} ms ({t['speedup_vs_eager']:.2f}x)"
+            if t.get("speedup_vs_compile"):
+                msg += f", vs torch.compile {t['compile_ms']:.3f} ms ({t['speedup_vs_compile']:.2f}x)"
+        return msg
+
+
+def _line(e: BaseException) -> str:
+    s = str(e).strip()
+    return (s.splitlines()[0] if s else type(e).__name__)[:300]
+
+
+def _failed(label: str, why: str) -> dict:
+    return {"inputs": label, "ok": False, "max_abs": None, "rel": None, "first_bad": [], "n_bad": 0, "why": why,
+            "oracle": None}
+
+
+def _cuda_alive():
+    """Re-raise when the CUDA context is broken (illegal address, device assert): nothing after it is sound."""
+    torch.cuda.synchronize()
+
+
+def main(argv: list[str]) -> int:
+    problem_path, source_path, opts_arg, result_path = argv
+    opts = CheckOptions.from_json(Path(opts_arg).read_text() if os.path.isfile(opts_arg) else opts_arg)
+    w = Worker(problem_path, source_path, opts, result_path)
+    try:
+        w.run()
+    except Stop:
+        pass
+    except ProblemError as e:
+        w.r.update(fatal="problem", message=str(e))
+        w.save()
+    except Exception as e:  # noqa: BLE001 - CUDA errors and candidate crashes become a runtime_error result
+        w.r["outcome"] = "runtime_error"
+        w.r["message"] = f"during {w.r['stage']}: {type(e).__name__}: {_line(e)}"
+        w.save()
+    sys.stdout.flush()
+    # NOTE: skip interpreter teardown: a candidate's threads or a broken CUDA context can hang or crash it.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
