@@ -1,0 +1,3 @@
+from torchweld.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""Emit: the standalone ModelNew file (needs PyTorch alone: no torchweld import at run time)."""
+from __future__ import annotations
+
+import ast
+import math
+from math import prod
+
+import torch
+
+from torchweld.codegen.kernel import ITEMSIZE, module_source, operands, vec_class, vector_width
+from torchweld.codegen.ops import py_lit, torch_expr
+from torchweld.ir import LIBRARY, Graph, Node, Ref, format_node
+from torchweld.plan import Kernel, Plan
+from torchweld.runtime_template import RUNTIME
+
+
+class EmitError(Exception):
+    """The problem's source cannot be turned into a ModelNew file."""
+
+
+def _source_parts(source: str) -> tuple[list[str], ast.ClassDef, list[str]]:
+    """Module-level code to keep (imports, helpers, constants), the Model class, and its methods."""
+    tree = ast.parse(source)
+    keep, model = [], None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            model = node
+        elif isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
+            continue
+        elif isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            continue
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the problem's docstring
+        else:
+            keep.append(ast.get_source_segment(source, node, padded=True))
+    if model is None:
+        raise EmitError("the problem source has no top-level `class Model`")
+    return keep, model, source.splitlines()
+
+
+def _method_source(source_lines: list[str], fn: ast.FunctionDef, new_name: str | None = None) -> str:
+    start = (fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno) - 1
+    lines = source_lines[start:fn.end_lineno]
+    text = "\n".join(lines)
+    text = text.replace("super(Model, self)", "super()")
+    if new_name:
+        text = text.replace(f"def {fn.name}(", f"def {new_name}(", 1)
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    return "\n".join("    " + line[indent:] if line.strip() else "" for line in text.splitlines())
+
+
+class _Names:
+    """Python expression for each IR value inside the emitted forward."""
+
+    def __init__(self, graph: Graph):
+        self.nodes = graph.by_name()
+
+    def expr(self, a) -> str:
+        if isinstance(a, Ref):
+            n = self.nodes[a]
+            if n.op == "param":
+                return f"self.{n.target}"
+            if n.op == "input":
+                return n.target
+            return str(a)
+        if isinstance(a, (list, tuple)):
+            inner = ", ".join(self.expr(x) for x in a)
+            return f"[{inner}]"
+        if isinstance(a, torch.dtype):
+            return str(a)
+        if isinstance(a, torch.device):
+            return "_dev"
+        if isinstance(a, torch.layout):
+            return str(a)
+        if isinstance(a, torch.memory_format):
+            return str(a)
+        if isinstance(a, float) and not math.isfinite(a):
+            return py_lit(a)
+        return repr(a)
+
+
+def _aten_line(n: Node, names: _Names) -> str:
+    args = [names.expr(a) for a in n.args] + [f"{k}={names.expr(v)}" for k, v in n.attrs]
+    return f"{n.name} = torch.ops.{n.target}({', '.join(args)})"
+
+
+def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
+    graph = plan.graph
+    names = _Names(graph)
+    nodes = graph.by_name()
+    guard = " or ".join(
+        [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype} or not {n.target}.is_cuda"
+         for n in inputs]) or "False"
+    arg_names = ", ".join(n.target for n in inputs)
+    body = [f"    def forward({signature}):",
+            "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
+            f"        if {guard}:",
+            f"            return self._tw_general({arg_names})"]
+    if any(isinstance(a, torch.device) for n in graph.nodes for a in _flat(n.args + tuple(v for _, v in n.attrs))):
+        body.append(f"        _dev = {inputs[0].target}.device")
+    for step in plan.steps:
+        k = plan.kernel(step)
+        if k is not None:
+            outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
+            args = ", ".join(names.expr(Ref(a)) for a in k.inputs)
+            ops = "; ".join(format_node(nodes[m]).split("  #")[0] for m in k.nodes)
+            body.append(f"        {outs} = _{k.name}({args})  # {ops}")
+            continue
+        n = nodes[step]
+        if n.op in ("input", "param"):
+            continue
+        if n.op == "getitem":
+            body.append(f"        {n.name} = {names.expr(n.args[0])}[{n.args[1]!r}]")
+        elif n.op == "aten":
+            note = "  # library" if n.target in LIBRARY else ""
+            body.append(f"        {_aten_line(n, names)}{note}")
+        else:
+            args = [names.expr(a) for a in n.args]
+            body.append(f"        {n.name} = {torch_expr(n, args)}")
+    outs = [names.expr(Ref(o)) for o in graph.outputs]
+    body.append(f"        return {outs[0] if graph.single_output else '(' + ', '.join(outs) + ',)'}")
+    return body
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)) and not isinstance(a, Ref):
+            yield from _flat(a)
+        else:
+            yield a
+
+
+def _wrapper(k: Kernel, graph: Graph) -> str:
+    """The Python function that checks inputs, allocates outputs and launches one kernel."""
+    nodes = graph.by_name()
+    ops = operands(k, graph)
+    vec = vector_width(k, graph)
+    params = ", ".join(f"a_{o.name}" for o in ops)
+    specs = ", ".join(f"(torch.{o.dtype}, {tuple(nodes[o.name].shape)!r})" for o in ops)
+    aligned = [f"a_{o.name}" for o in ops if vec > 1 and vec_class(o, vec) in ("full", "contig")]
+    align = {f"a_{o.name}": ITEMSIZE[o.dtype] * vec for o in ops}
+    outs = [(o, nodes[o].dtype) for o in k.outputs]
+    lines = [
+        f"def _{k.name}({params}):",
+        f'    """{k.name}: {len(k.nodes)} fused ops over {tuple(k.shape)}; see its CUDA source above."""',
+        f"    ({params}{',' if len(ops) == 1 else ''}) = _tw_check({k.name!r}, ({params}{',' if len(ops) == 1 else ''}), ({specs}{',' if len(ops) == 1 else ''}))",
+        f"    dev = a_{ops[0].name}.device" if ops else "    dev = torch.device('cuda')",
+    ]
+    for o, dt in outs:
+        lines.append(f"    out_{o} = torch.empty({tuple(k.shape)!r}, dtype=torch.{dt}, device=dev)")
+    if vec > 1:
+        checks = [f"{a}.data_ptr() % {align[a]} == 0" for a in aligned]
+        checks += [f"out_{o}.data_ptr() % {ITEMSIZE[dt] * vec} == 0" for o, dt in outs]
+        lines.append(f"    vec = int({' and '.join(checks) or 'True'})")
+    else:
+        lines.append("    vec = 0")
+    ptrs = [f"a_{o.name}.data_ptr()" for o in ops] + [f"out_{o}.data_ptr()" for o, _ in outs]
+    lines.append(f"    _tw_launch({k.name!r}, _LIB.tw_launch_{k.name}({', '.join(ptrs)}, vec, _tw_stream(dev)))")
+    ret = ", ".join(f"out_{o}" for o, _ in outs)
+    lines.append(f"    return {ret}{',' if len(outs) == 1 else ''}")
+    return "\n".join(lines)
+
+
+def _header(plan: Plan, problem_name: str) -> str:
+    graph = plan.graph
+    nodes = graph.by_name()
+    lib = [nodes[s] for s in plan.steps if s in nodes and nodes[s].op == "aten"]
+    library = [n for n in lib if n.target in LIBRARY]
+    other = [n for n in lib if n.target not in LIBRARY]
+    fused = sum(len(k.nodes) for k in plan.kernels)
+    lines = [f"torchweld: ModelNew for {problem_name}.", "",
+             f"Fused: {fused} pointwise ops into {len(plan.kernels)} CUDA kernel(s):"]
+    for k in plan.kernels:
+        ops = ", ".join(nodes[m].op for m in k.nodes)
+        lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
+    if library:
+        lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")
+        lines += [f"  {n.name} = {n.target}" for n in library]
+    if other:
+        lines.append("Still in PyTorch (not fused by this version):")
+        lines += [f"  {n.name} = {n.target}" for n in other]
+    lines += ["", "Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled here.",
+              "Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]
+    return '"""' + "\n".join(lines) + '\n"""'
+
+
+def emit(plan: Plan, source: str, problem_name: str) -> str:
+    """The ModelNew file for `plan`, keeping the problem's constructor and forward signature."""
+    keep, model, lines = _source_parts(source)
+    methods = {f.name: f for f in model.body if isinstance(f, ast.FunctionDef)}
+    if "forward" not in methods or "__init__" not in methods:
+        raise EmitError("Model must define __init__ and forward")
+    fwd = methods["forward"]
+    signature = ast.unparse(fwd.args)
+    inputs = [n for n in plan.graph.nodes if n.op == "input"]
+    cuda = module_source(list(plan.kernels), plan.graph)
+    out = [_header(plan, problem_name), "import ctypes", "import hashlib", "import inspect", "",
+           "import torch", "import torch.nn as nn", "import torch.nn.functional as F", ""]
+    out += [s for s in keep if s.strip() and s.strip() not in out]
+    n_ptrs = {k.name: len(k.inputs) + len(k.outputs) for k in plan.kernels}
+    out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
+    out += [_wrapper(k, plan.graph) + "\n\n" for k in plan.kernels]
+    out.append("class ModelNew(nn.Module):")
+    doc = ast.get_docstring(model)
+    if doc:
+        out.append(f'    """{doc}"""')
+    for name, f in methods.items():
+        if name != "forward":
+            out.append(_method_source(lines, f) + "\n")
+    out += _forward(plan, inputs, signature)
+    out.append("")
+    out.append("    # The original forward, for inputs the kernels were not built for.")
+    out.append(_method_source(lines, fwd, "_tw_general"))
+    return "\n".join(out) + "\n"

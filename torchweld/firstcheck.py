@@ -1,0 +1,117 @@
+"""The first check `torchweld compile` runs on a GPU: build, compare on fresh inputs, time.
+
+The full judge is `torchweld check`; this is the quick look a user gets right after compiling.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from torchweld.problem import Problem, load_module
+
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-7, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+@dataclass
+class FirstCheck:
+    ok: bool = True
+    build_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+    max_abs: float = 0.0
+    rel: float = 0.0
+    times_ms: dict[str, float] = field(default_factory=dict)
+
+    def text(self) -> str:
+        lines = [f"built in {self.build_s:.1f} s",
+                 f"correct on fresh inputs: {'yes' if self.ok else 'NO'} (max abs error {self.max_abs:.3g}, "
+                 f"relative {self.rel:.3g})"]
+        lines += [f"  {e}" for e in self.errors]
+        if self.times_ms:
+            eager = self.times_ms.get("eager")
+            for name, ms in self.times_ms.items():
+                speed = f"  {eager / ms:.2f}x vs eager" if eager and ms == ms else ""
+                lines.append(f"  {name:<14} {ms:8.3f} ms{speed}")
+        return "\n".join(lines)
+
+
+def compare(out, ref) -> tuple[bool, float, float, str]:
+    """allclose at the dtype's tolerance; also the max abs and relative error."""
+    if not isinstance(out, torch.Tensor) or out.shape != ref.shape or out.dtype != ref.dtype:
+        got = (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out).__name__
+        return False, float("inf"), float("inf"), f"output {got} != reference {(tuple(ref.shape), ref.dtype)}"
+    tol = TOLERANCE.get(ref.dtype, 0.0)
+    o, r = out.double(), ref.double()
+    diff = (o - r).abs()
+    max_abs = float(diff.nan_to_num(nan=float("inf")).max()) if diff.numel() else 0.0
+    rel = float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-30)) if diff.numel() else 0.0
+    ok = torch.allclose(out, ref, atol=tol, rtol=tol, equal_nan=True)
+    return ok, max_abs, rel, "" if ok else f"max abs error {max_abs:.3g} over tolerance {tol}"
+
+
+def _outputs(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _cuda(inputs):
+    return [t.cuda() if isinstance(t, torch.Tensor) else t for t in inputs]
+
+
+def time_ms(fn, input_sets, reps: int = 30) -> float:
+    """Median CUDA-event time of fn(*inputs), L2 flushed before each call, inputs rotated."""
+    flush = torch.empty(int(2 * _l2_bytes()), dtype=torch.int8, device="cuda")
+    for inputs in input_sets:  # warm-up
+        fn(*inputs)
+    times = []
+    for r in range(reps):
+        inputs = input_sets[r % len(input_sets)]
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*inputs)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _l2_bytes() -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
+
+
+def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True) -> FirstCheck:
+    report = FirstCheck()
+    start = time.perf_counter()
+    module = load_module(Path(path), Path(path).read_text(), prefix="torchweld_new")
+    report.build_s = time.perf_counter() - start
+    ref = problem.build_model(seed=0).cuda()
+    torch.manual_seed(0)
+    new = module.ModelNew(*problem.init_inputs()).cuda()
+    new.load_state_dict(ref.state_dict())
+    input_sets = []
+    with torch.no_grad():
+        for t in range(trials):
+            torch.manual_seed(1000 + t)
+            inputs = _cuda(problem.inputs())
+            input_sets.append(inputs)
+            want = _outputs(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+            got = _outputs(new(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+            torch.cuda.synchronize()
+            for o, w in zip(got, want):
+                ok, max_abs, rel, why = compare(o, w)
+                report.max_abs, report.rel = max(report.max_abs, max_abs), max(report.rel, rel)
+                if not ok:
+                    report.ok = False
+                    report.errors.append(f"inputs {t}: {why}")
+        if timing and report.ok:
+            report.times_ms["eager"] = time_ms(ref, input_sets)
+            try:
+                compiled = torch.compile(ref)
+                report.times_ms["torch.compile"] = time_ms(compiled, input_sets)
+            except Exception as e:  # torch.compile failing is information, not our failure
+                report.errors.append(f"torch.compile failed: {type(e).__name__}")
+            report.times_ms["ModelNew"] = time_ms(new, input_sets)
+    return report

@@ -1,0 +1,168 @@
+"""The project's small IR: a flat list of frozen nodes that prints as readable Python."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from math import prod
+
+# Pointwise ops the fuser understands, by arity. Each has an emitter in codegen/ops.py.
+UNARY = frozenset({
+    "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal", "square",
+    "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "sign",
+    "relu", "silu", "mish", "hardswish", "hardsigmoid", "gelu", "gelu_tanh", "logical_not",
+})
+BINARY = frozenset({
+    "add", "sub", "mul", "div", "pow", "minimum", "maximum", "fmod",
+    "gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or",
+})
+# Ops whose extra parameters are compile-time constants kept in `attrs`.
+PARAMETRIC = frozenset({"leaky_relu", "elu", "softplus", "cast"})
+TERNARY = frozenset({"where", "fma", "clamp"})
+POINTWISE = UNARY | BINARY | PARAMETRIC | TERNARY
+COMPARISONS = frozenset({"gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not"})
+# Library anchors: what stays a call into cuDNN/cuBLAS through ATen.
+LIBRARY = frozenset({
+    "aten.convolution.default", "aten.mm.default", "aten.bmm.default", "aten.addmm.default",
+    "aten.baddbmm.default", "aten.addbmm.default", "aten.matmul.default",
+})
+LEAVES = frozenset({"input", "param"})
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+
+@dataclass(frozen=True)
+class Node:
+    """One value: `name = op(*args)`; args are node names (str) or Python constants."""
+
+    name: str
+    op: str  # "input" | "param" | a POINTWISE op | "aten" (a call kept in PyTorch) | "getitem"
+    args: tuple = ()
+    shape: tuple = ()
+    dtype: str = "float32"
+    target: str = ""  # input: forward arg name; param: "conv.weight"; aten: "aten.add.Tensor"
+    attrs: tuple = ()  # sorted (key, value) pairs: op parameters, aten kwargs
+    origin: str = ""  # the line of `forward` this came from
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def is_pointwise(self) -> bool:
+        return self.op in POINTWISE
+
+    def attr(self, key, default=None):
+        return dict(self.attrs).get(key, default)
+
+    def inputs(self) -> list[str]:
+        """Names of the nodes this one reads (nested lists included, in order)."""
+        return [a for a in _flat(self.args) if isinstance(a, Ref)]
+
+
+class Ref(str):
+    """A node name used as an argument (distinguishes references from string constants)."""
+
+    __slots__ = ()
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)) and not isinstance(a, Ref):
+            yield from _flat(a)
+        else:
+            yield a
+
+
+def map_refs(args, fn):
+    """Rebuild `args` with every Ref replaced by fn(ref) (fn may return a constant)."""
+    out = []
+    for a in args:
+        if isinstance(a, Ref):
+            out.append(fn(a))
+        elif isinstance(a, (list, tuple)):
+            out.append(type(a)(map_refs(a, fn)))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Nodes in topological order and the names of the outputs."""
+
+    nodes: tuple[Node, ...]
+    outputs: tuple[str, ...]
+    single_output: bool = True
+    log: tuple[str, ...] = field(default=(), compare=False)  # rewrites applied, for explain
+
+    def by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    def users(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for n in self.nodes:
+            for r in n.inputs():
+                out[r].append(n.name)
+        for o in self.outputs:
+            out[o].append("<output>")
+        return out
+
+    def with_log(self, *lines: str) -> "Graph":
+        return replace(self, log=self.log + lines)
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+
+def short_dtype(dtype: str) -> str:
+    return {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "bool": "b8"}.get(dtype, dtype)
+
+
+def format_arg(a) -> str:
+    if isinstance(a, Ref):
+        return str(a)
+    if isinstance(a, float):
+        return repr(a)
+    if isinstance(a, (list, tuple)):
+        inner = ", ".join(format_arg(x) for x in a)
+        return f"[{inner}]"
+    return repr(a)
+
+
+def format_node(n: Node) -> str:
+    """`v3 = add(v1, v2)  # (16, 64) f32` — one line of Python."""
+    if n.op == "input":
+        rhs = f"input({n.target!r})"
+    elif n.op == "param":
+        rhs = f"self.{n.target}"
+    elif n.op == "getitem":
+        rhs = f"{n.args[0]}[{n.args[1]}]"
+    else:
+        fn = n.target if n.op == "aten" else n.op
+        parts = [format_arg(a) for a in n.args] + [f"{k}={format_arg(v)}" for k, v in n.attrs]
+        rhs = f"{fn}({', '.join(parts)})"
+    return f"{n.name} = {rhs}  # {tuple(n.shape)} {short_dtype(n.dtype)}"
+
+
+def format_graph(g: Graph) -> str:
+    lines = ["def forward(...):"] + ["    " + format_node(n) for n in g.nodes]
+    outs = ", ".join(g.outputs)
+    lines.append(f"    return {outs if g.single_output else '(' + outs + ',)'}")
+    return "\n".join(lines)
+
+
+def broadcast_shape(*shapes: tuple) -> tuple:
+    """Right-aligned broadcast of several shapes (raises ValueError if incompatible)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(ndim):
+        sizes = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {shapes} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def broadcasts_to(small: tuple, big: tuple) -> bool:
+    try:
+        return broadcast_shape(small, big) == tuple(big)
+    except ValueError:
+        return False

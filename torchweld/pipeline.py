@@ -1,0 +1,64 @@
+"""The pipeline, top to bottom: capture -> simplify -> plan -> codegen -> emit (build and verify follow)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from torchweld.capture import capture
+from torchweld.emit import emit
+from torchweld.ir import Graph
+from torchweld.plan import Plan, plan
+from torchweld.problem import Problem, load_problem
+from torchweld.simplify import simplify
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything the pipeline can be asked to do differently."""
+
+    dump: bool = False  # keep the graph after every pass (for `explain`)
+    seed: int = 0  # RNG seed for building the model whose graph is captured
+
+
+@dataclass
+class Result:
+    """What each stage produced, for `explain`, tests and the CLI."""
+
+    problem: Problem
+    captured: Graph
+    simplified: Graph
+    plan: Plan
+    source: str
+    dumps: list[tuple[str, Graph]] = field(default_factory=list)
+
+
+def _fake_inputs(problem: Problem) -> list:
+    """Inputs as the problem makes them; only their shapes and dtypes are used by capture."""
+    return problem.inputs()
+
+
+def compile_problem(problem: Problem, options: Options = Options()) -> Result:
+    model = problem.build_model(options.seed)
+    inputs = _fake_inputs(problem)
+    captured = capture(model, inputs, filename=str(problem.path))
+    dumps: list[tuple[str, Graph]] = [("capture", captured)]
+    simplified = simplify(captured, dump=(lambda name, g: dumps.append((name, g))) if options.dump else None)
+    the_plan = plan(simplified)
+    source = emit(the_plan, problem.source, problem.name)
+    return Result(problem, captured, simplified, the_plan, source, dumps)
+
+
+def compile_file(problem_path, out_path=None, options: Options = Options()) -> Path:
+    """Compile a problem file and write the ModelNew file (default: `<stem>_new.py` beside it)."""
+    problem = load_problem(problem_path)
+    result = compile_problem(problem, options)
+    out = Path(out_path) if out_path else problem.path.with_name(problem.path.stem + "_new.py")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(result.source)
+    return out
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()

@@ -1,0 +1,182 @@
+"""Simplify: rewrites that hold on every input the reference accepts (NaN and inf included).
+
+Each pass is a pure function Graph -> Graph that appends what it changed to `graph.log`.
+Only floating-point pointwise nodes are rewritten: integer tensors never reach the fuser.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable
+
+from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref, format_node, map_refs
+
+Rewrite = Callable[[Node, "Ctx"], "Node | Ref | None"]
+
+
+class Ctx:
+    """What a rule may look at: nodes by name and use counts (of the graph before the pass)."""
+
+    def __init__(self, graph: Graph):
+        self.nodes = graph.by_name()
+        self.users = graph.users()
+
+    def node(self, a):
+        return self.nodes.get(a) if isinstance(a, Ref) else None
+
+    def single_use(self, a) -> bool:
+        return isinstance(a, Ref) and len(self.users.get(a, ())) == 1
+
+
+def _const(a) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool)
+
+
+def _is(a, value: float) -> bool:
+    return _const(a) and a == value
+
+
+def _same_meta(n: Node, a, ctx: Ctx) -> bool:
+    m = ctx.node(a)
+    return m is not None and m.shape == n.shape and m.dtype == n.dtype
+
+
+def _float(n: Node) -> bool:
+    return n.is_pointwise and n.dtype in FLOAT_DTYPES
+
+
+# --- local rules: (pattern, replacement), each returning None when it does not apply ---------
+
+def _identity(n: Node, ctx: Ctx):
+    a = n.args
+    if not _float(n):
+        return None
+    if n.op == "mul" and _is(a[1], 1.0) and _same_meta(n, a[0], ctx):  # x*1 -> x
+        return a[0]
+    if n.op == "mul" and _is(a[0], 1.0) and _same_meta(n, a[1], ctx):  # 1*x -> x
+        return a[1]
+    if n.op in ("add", "sub") and _is(a[1], 0.0) and _same_meta(n, a[0], ctx):  # x+0 -> x
+        return a[0]
+    if n.op == "div" and _is(a[1], 1.0) and _same_meta(n, a[0], ctx):  # x/1 -> x
+        return a[0]
+    if n.op == "pow" and _is(a[1], 1.0) and _same_meta(n, a[0], ctx):  # x**1 -> x
+        return a[0]
+    if n.op == "cast" and _same_meta(n, a[0], ctx):  # x.to(x.dtype) -> x
+        return a[0]
+    inner = ctx.node(a[0])
+    if n.op == "neg" and inner is not None and inner.op == "neg" and _same_meta(n, inner.args[0], ctx):  # --x -> x
+        return inner.args[0]
+    if n.op == "relu" and inner is not None and inner.op == "relu":  # relu(relu(x)) -> relu(x)
+        return a[0]
+    return None
+
+
+def _canonical(n: Node, ctx: Ctx):
+    a = n.args
+    if not _float(n):
+        return None
+    if n.op == "div" and _const(a[1]) and a[1] != 0 and math.isfinite(a[1]):  # x/c -> x*(1/c)
+        return replace(n, op="mul", args=(a[0], 1.0 / a[1]))
+    if n.op == "sub" and _const(a[1]):  # x-c -> x+(-c)
+        return replace(n, op="add", args=(a[0], -a[1]))
+    if n.op in ("add", "mul") and _const(a[0]) and isinstance(a[1], Ref):  # c+x -> x+c
+        return replace(n, args=(a[1], a[0]))
+    if n.op == "pow" and _is(a[1], 2.0):  # x**2 -> x*x (exactly what PyTorch computes)
+        return replace(n, op="mul", args=(a[0], a[0]))
+    if n.op == "square":  # square(x) -> x*x
+        return replace(n, op="mul", args=(a[0], a[0]))
+    return None
+
+
+def _fma(n: Node, ctx: Ctx):
+    """a*b + c -> fma(a, b, c): one rounding instead of two, and inf/NaN behave as before."""
+    if not _float(n) or n.op != "add":
+        return None
+    for m_arg, c in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
+        m = ctx.node(m_arg)
+        if m is not None and m.op == "mul" and ctx.single_use(m_arg) and m.dtype == n.dtype:
+            return replace(n, op="fma", args=(m.args[0], m.args[1], c))
+    return None
+
+
+def apply_rules(graph: Graph, rules: list[Rewrite], name: str) -> Graph:
+    """Run local rules to a fixed point; each node's args are resolved through earlier rewrites."""
+    for _ in range(8):
+        ctx = Ctx(graph)
+        subst: dict[str, object] = {}
+        nodes, log = [], []
+        for n in graph.nodes:
+            n = replace(n, args=map_refs(n.args, lambda r: subst.get(r, r)))
+            ctx.nodes[n.name] = n
+            for rule in rules:
+                out = rule(n, ctx)
+                if out is None:
+                    continue
+                log.append(f"{name}: {format_node(n).split('  #')[0]}  ->  "
+                           + (str(out) if isinstance(out, Ref) else format_node(out).split('  #')[0]))
+                if isinstance(out, Ref):
+                    subst[n.name] = out
+                    n = None
+                    break
+                n = out
+                ctx.nodes[n.name] = n
+            if n is not None:
+                nodes.append(n)
+        outputs = tuple(subst.get(o, o) for o in graph.outputs)
+        new = replace(graph, nodes=tuple(nodes), outputs=outputs).with_log(*log)
+        if not log:
+            return dead_code(new)
+        graph = dead_code(new)
+    return graph
+
+
+def dead_code(graph: Graph) -> Graph:
+    """Drop nodes nothing reads, keeping outputs, graph inputs and in-place aten calls."""
+    live = set(graph.outputs)
+    keep = []
+    for n in reversed(graph.nodes):
+        effect = n.op in ("input", "param") or (n.op == "aten" and "_." in n.target + ".")
+        if n.name in live or effect:
+            keep.append(n)
+            live.update(n.inputs())
+    return replace(graph, nodes=tuple(reversed(keep)))
+
+
+def cse(graph: Graph) -> Graph:
+    """Common subexpressions: pointwise nodes with equal op, args and attrs are computed once."""
+    seen: dict[tuple, str] = {}
+    subst: dict[str, object] = {}
+    nodes, log = [], []
+    for n in graph.nodes:
+        n = replace(n, args=map_refs(n.args, lambda r: subst.get(r, r)))
+        if n.is_pointwise:
+            key = (n.op, n.args, n.attrs, n.shape, n.dtype)
+            if key in seen:
+                subst[n.name] = Ref(seen[key])
+                log.append(f"cse: {n.name} is {seen[key]}")
+                continue
+            seen[key] = n.name
+        nodes.append(n)
+    outputs = tuple(subst.get(o, o) for o in graph.outputs)
+    return replace(graph, nodes=tuple(nodes), outputs=outputs).with_log(*log)
+
+
+from torchweld.algebra import collect_linear  # noqa: E402  (uses the helpers above)
+
+PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
+    ("dead_code", dead_code),
+    ("canonical", lambda g: apply_rules(g, [_identity, _canonical], "rule")),
+    ("cse", cse),
+    ("collect_linear", collect_linear),
+    ("canonical2", lambda g: apply_rules(g, [_identity, _canonical], "rule")),
+    ("fma", lambda g: apply_rules(g, [_fma], "fma")),
+]
+
+
+def simplify(graph: Graph, dump: Callable[[str, Graph], None] | None = None) -> Graph:
+    """Run every pass in order; `dump(name, graph)` sees the graph after each one."""
+    for name, fn in PASSES:
+        graph = fn(graph)
+        if dump is not None:
+            dump(name, graph)
+    return graph
