@@ -24,7 +24,7 @@ def fake_check(problem, candidate, opts):
     return {
         "problem": str(problem), "name": Path(problem).stem, "candidate": str(candidate), "outcome": outcome,
         "message": f"fake {outcome}", "details": [f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}",
-                                                   f"timeout={getattr(opts, 'timeout', None)}", f"pid={os.getpid()}"],
+                                                   f"timeout={getattr(opts, 'timeout_s', getattr(opts, 'timeout', None))}", f"pid={os.getpid()}"],
         "build_s": 1.0, "correctness": [], "generalization": [], "cheats": [], "static": [],
         "timing": {"eager_ms": 2.0, "compile_ms": 1.0, "candidate_ms": 0.5, "compile_build_s": 3.0,
                    "speedup_vs_eager": 4.0, "speedup_vs_compile": 2.0, "candidate_ms_repeat": [0.5],
@@ -227,3 +227,73 @@ def test_cli_report_only(tree):
     assert runner.run(parse("--report-only", str(tree / "saved")), console=quiet()) == 0
     assert (tree / "saved" / "report.html").is_file() and (tree / "saved" / "summary.md").is_file()
     assert runner.run(parse("--report-only", str(tree / "empty")), console=quiet()) == 2
+
+
+def slow_check(problem, candidate, opts):
+    """Hangs like a stuck judge, with a run in a session of its own (as the real judge starts them)."""
+    import subprocess
+    import time
+
+    if "SLOW" in Path(candidate).read_text():
+        child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        Path(candidate).with_suffix(".pid").write_text(str(child.pid))
+        time.sleep(60)
+    return fake_check(problem, candidate, opts)
+
+
+def test_hard_limit_kills_hung_judge_and_its_runs(tree):
+    from torchweld.bench.pool import run_pool
+    from torchweld.bench.worker import Job
+
+    (tree / "cands" / "conv" / "c1.py").write_text("# SLOW\n")
+    root = tree / "problems"
+    tasks = [t for t in plan_tasks(root, find_problems(root), tree / "cands", None) if t.candidate]
+    got = {}
+    run_pool(tasks, Job(out=tree / "out", check=slow_check), [None], (lambda w, t: None,
+             lambda w, t, r: got.__setitem__(t.stem, r)), hard_limit=1.5)
+    assert got["c1"]["outcome"] == "timeout" and "killed" in got["c1"]["message"]
+    assert got["top"]["outcome"] == "correct"  # the replacement worker carried on
+    assert saved(tree, "conv__c1")["outcome"] == "timeout"
+    pid = int((tree / "cands" / "conv" / "c1.pid").read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]:
+            break
+        import time
+
+        time.sleep(0.1)
+    else:
+        pytest.fail("the judge's run outlived the killed worker")
+
+
+def test_options_follow_the_judges_names():
+    import dataclasses
+
+    from torchweld.bench.worker import make_options
+
+    @dataclasses.dataclass(frozen=True)
+    class Opts:
+        timeout_s: float = 600.0
+        timing: bool = False
+        trials: int = 5
+
+    o = make_options(Opts, {"timeout": 5.0, "timing": True, "unknown": 1})
+    assert (o.timeout_s, o.timing, o.trials) == (5.0, True, 5)
+    ns = make_options(None, {"timeout": 5.0})
+    assert ns.timeout == 5.0
+
+
+def test_unusable_problem_is_a_result(tree):
+    from torchweld.problem import ProblemError
+
+    def refusing(problem, candidate, opts):
+        raise ProblemError(f"{problem}: get_inputs() failed: boom")
+
+    assert run_bench(opts(tree), check=refusing, console=quiet(), spawn=False) == 0
+    r = saved(tree, "root__top")
+    assert r["outcome"] == "bad_problem" and "boom" in r["message"]
+
+    def buggy(problem, candidate, opts):
+        raise AttributeError("judge bug")
+
+    run_bench(opts(tree, resume=False), check=buggy, console=quiet(), spawn=False)
+    assert saved(tree, "root__top")["outcome"] == "judge_error"

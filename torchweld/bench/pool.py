@@ -64,6 +64,8 @@ def run_pool(tasks: list[Task], job: Job, slots: list[str | None], hooks: Hooks,
             for wid in [sentinels[o] for o in ready if o in sentinels]:
                 w = workers[wid]
                 _drain(w, wid, by_key, done, hooks)  # a last "done" may still sit in the pipe
+                if not w.said_exit:  # died abruptly: whatever it started in its own group goes too
+                    _kill(w.proc, signal.SIGKILL)
                 w.proc.join()
                 del workers[wid]
                 if w.current is not None:
@@ -76,8 +78,11 @@ def run_pool(tasks: list[Task], job: Job, slots: list[str | None], hooks: Hooks,
             now = time.monotonic()
             for wid, w in list(workers.items()):
                 if hard_limit and w.current is not None and now - w.started > hard_limit:
-                    _kill(w.proc, signal.SIGKILL)
-                    w.proc.join()
+                    _kill(w.proc, signal.SIGTERM)  # its handler kills the judge's runs, then exits
+                    w.proc.join(timeout=10)
+                    if w.proc.is_alive():
+                        _kill(w.proc, signal.SIGKILL)
+                        w.proc.join()
                     why = f"the bench killed it after {hard_limit:.0f} s (the judge's own timeout never fired)"
                     _record(w, wid, "timeout", why, job, done, on_done)
                     workers[wid] = _spawn(ctx, wid, w.gpu, queue, job)

@@ -69,7 +69,7 @@ def run(args, console: Console | None = None) -> int:
         return report_only(args.report_only, console)
     problem = _usage_problem(args)
     if problem:
-        console.print(f"torchweld bench: {problem}", markup=False, highlight=False)
+        _say(console, f"torchweld bench: {problem}")
         return USAGE_ERROR
     opts = BenchOptions(
         problems=args.dir, out=args.out or Path("out") / "bench" / args.dir.resolve().name,
@@ -88,24 +88,23 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
     problems = find_problems(opts.problems, exclude=exclude, pattern=opts.filter)
     if not problems:
         where = f" matching {opts.filter!r}" if opts.filter else ""
-        console.print(f"torchweld bench: no problem files (defining class Model) under {opts.problems}{where}",
-                      markup=False, highlight=False)
+        _say(console, f"torchweld bench: no problem files (defining class Model) under {opts.problems}{where}")
         return USAGE_ERROR
     tasks = plan_tasks(opts.problems, problems, opts.candidates, out / "candidates" if opts.compile else None)
     dups = duplicate_keys(tasks)
     if dups:
-        console.print(f"torchweld bench: problems would share result names: {', '.join(dups)}", markup=False)
+        _say(console, f"torchweld bench: problems would share result names: {', '.join(dups)}")
         return USAGE_ERROR
     slots = gpu_slots(opts.gpus, devices)
     if isinstance(slots, str):
-        console.print(f"torchweld bench: {slots}", markup=False, highlight=False)
+        _say(console, f"torchweld bench: {slots}")
         return USAGE_ERROR
     todo = [t for t in tasks if not (opts.resume and is_finished(out, t))]
     resumed = len(tasks) - len(todo)
     meta = run_meta(opts, out, slots, resumed)
     job = Job(out=out, timeout=opts.timeout, check=check, compile_fn=compile_fn)
-    console.print(f"torchweld bench: {len(tasks)} problems, {len(todo)} to judge ({resumed} resumed), "
-                  f"{len(slots)} worker(s); results in {out}", markup=False, highlight=False)
+    _say(console, f"torchweld bench: {len(tasks)} problems, {len(todo)} to judge ({resumed} resumed), "
+                  f"{len(slots)} worker(s); results in {out}")
     interrupted = False
     try:
         with Display(console, len(todo), slots, resumed) as display:
@@ -115,9 +114,9 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
                 run_pool(todo, job, slots, display.hooks(), hard_limit(opts.timeout))
     except KeyboardInterrupt:
         interrupted = True
-        console.print("interrupted: finished problems are saved; rerun the same command to resume", markup=False)
+        _say(console, "interrupted: finished problems are saved; rerun the same command to resume")
     except WorkerStartupError as e:
-        console.print(f"torchweld bench: {e}", markup=False, highlight=False)
+        _say(console, f"torchweld bench: {e}")
         return 1
     written = write_reports(out, load_results(out), dict(meta, interrupted=interrupted))
     _print_written(console, written)
@@ -126,7 +125,7 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
 
 def report_only(out: Path, console: Console) -> int:
     if not (out / "results").is_dir() and not (out / "results.json").is_file():
-        console.print(f"torchweld bench: no saved results in {out} (expected results/ or results.json)", markup=False)
+        _say(console, f"torchweld bench: no saved results in {out} (expected results/ or results.json)")
         return USAGE_ERROR
     _print_written(console, rerender(out))
     return 0
@@ -158,9 +157,9 @@ def visible_devices() -> list[str]:
 
 
 def hard_limit(timeout: float | None) -> float:
-    """A last-resort per-problem wall limit: the judge bounds each of its several runs by `timeout`
-    (120 s assumed when unset), plus a build; this only catches a judge that hangs outright."""
-    return 8 * (timeout or 120.0) + 1200.0
+    """A last-resort per-problem wall limit. The judge bounds its whole run by `timeout` (600 s, its
+    default, when unset); `--compile` adds compile time before that. This only catches a hang outside them."""
+    return 2 * (timeout or 600.0) + 900.0
 
 
 def run_meta(opts: BenchOptions, out: Path, slots: list, resumed: int) -> dict:
@@ -221,9 +220,14 @@ def _torch_version() -> str | None:
 
 
 def _print_written(console: Console, written) -> None:
-    console.print(written.headline, markup=False, highlight=False)
+    _say(console, written.headline)
     for note in written.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
+        _say(console, f"note: {note}")
     files = [written.results_json, written.summary_md, written.report_html] + (
         [written.speedups_png] if written.speedups_png else [])
-    console.print("wrote " + ", ".join(str(f) for f in files), markup=False, highlight=False)
+    _say(console, "wrote " + ", ".join(str(f) for f in files))
+
+
+def _say(console: Console, text: str) -> None:
+    """Plain text (paths and messages may hold [brackets]), never hard-wrapped, so logs stay greppable."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)

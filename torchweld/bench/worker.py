@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import time
 import traceback
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from torchweld.bench.plan import Task, results_path, write_json
 COMPILE_ERROR = "compile_error"  # `--compile`: compile_file raised
 NO_CANDIDATE = "no_candidate"  # `--candidates`: no file for this problem
 JUDGE_ERROR = "judge_error"  # the judge itself raised: a bench/judge bug, not the candidate's fault
+BAD_PROBLEM = "bad_problem"  # the judge found the problem file itself unusable (ProblemError)
+
+# Our setting -> the names the judge's options may call it (its CheckOptions says `timeout_s`).
+_ALIASES = {"timeout": ("timeout", "timeout_s"), "timing": ("timing",)}
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,12 @@ def evaluate(task: Task, job: Job, worker: int | None = None, gpu: str | None = 
         check, options = _judge(job)
         result = dict(check(task.problem, task.candidate, options))
     except Exception as e:
-        result = blank_result(task, JUDGE_ERROR, f"the judge raised {one_line(e)}", _trace())
+        from torchweld.problem import ProblemError
+
+        if isinstance(e, ProblemError):
+            result = blank_result(task, BAD_PROBLEM, one_line(e), _trace(limit=6))
+        else:
+            result = blank_result(task, JUDGE_ERROR, f"the judge raised {one_line(e)}", _trace())
     return finish(task, result, job, started, worker, gpu)
 
 
@@ -103,6 +113,9 @@ def worker_main(worker: int, gpu: str | None, tasks, conn, job: Job) -> None:
     # Set before anything touches CUDA (the real judge is imported only below, in _judge).
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    # The judge runs each candidate in a session of its own, which our group kill cannot reach:
+    # on SIGTERM take every descendant down first, so nothing keeps running on the GPU.
+    signal.signal(signal.SIGTERM, _die_with_descendants)
     _redirect_output(job.out / "logs" / f"worker{worker}.log")
     while True:
         task = tasks.get()
@@ -117,13 +130,18 @@ def worker_main(worker: int, gpu: str | None, tasks, conn, job: Job) -> None:
 
 
 def make_options(cls, wanted: dict):
-    """Build the judge's options from the settings it actually has (its fields may grow or shrink)."""
+    """Build the judge's options from the settings it actually has, under whichever name it uses."""
     if cls is None:
         return SimpleNamespace(**wanted)
-    if dataclasses.is_dataclass(cls):
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in wanted.items() if k in names})
-    return cls(**wanted)
+    if not dataclasses.is_dataclass(cls):
+        return cls(**wanted)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in wanted.items():
+        name = next((n for n in _ALIASES.get(key, (key,)) if n in names), None)
+        if name is not None:
+            kwargs[name] = value
+    return cls(**kwargs)
 
 
 def one_line(e: BaseException) -> str:
@@ -157,6 +175,34 @@ def _compiler(job: Job):
 def _trace(limit: int = 40) -> list[str]:
     lines = traceback.format_exc().rstrip().splitlines()
     return lines[-limit:]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _die_with_descendants(signum, frame) -> None:
+    for pid in descendants(os.getpid()):
+        for kill in (os.killpg, os.kill):  # killpg reaches the judge's session leaders' own children too
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    os._exit(128 + signum)
 
 
 def _redirect_output(log: Path) -> None:
