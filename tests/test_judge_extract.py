@@ -5,7 +5,7 @@ import pytest
 
 from torchweld.judge.extract import CandidateError, extract_source, fenced_blocks, load_candidate
 
-SEEDS = Path("/work/shared/seeds")
+SEEDS = Path(__file__).parent / "fixtures" / "judge" / "seeds"
 
 
 def test_last_python_block_defining_modelnew_wins():

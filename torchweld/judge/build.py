@@ -45,13 +45,18 @@ def redirected_fds(log_path: Path):
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    py_out, py_err = sys.stdout, sys.stderr
+    # NOTE: Python-level streams too: under a test runner sys.stdout is not fd 1.
+    text = open(log_path, "a", buffering=1)
     try:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        sys.stdout = sys.stderr = text
         yield
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        text.flush()
+        sys.stdout, sys.stderr = py_out, py_err
+        text.close()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for f in (fd, *saved):

@@ -13,7 +13,7 @@ import torchweld
 from torchweld.judge.extract import CandidateError, load_candidate
 from torchweld.judge.options import CheckOptions
 from torchweld.judge.static import scan
-from torchweld.problem import ProblemError
+from torchweld.problem import ProblemError, load_problem
 
 _REPO_ROOT = str(Path(torchweld.__file__).resolve().parent.parent)
 
@@ -51,6 +51,8 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
         raise ProblemError(f"{problem}: no such file")
     if not candidate.is_file():
         raise FileNotFoundError(f"{candidate}: no such file")
+    # The problem is checked here, so an unusable one is a usage error even on a machine without a GPU.
+    load_problem(problem).init_inputs()
     result = _base(problem, candidate)
     try:
         cand = load_candidate(candidate)
