@@ -92,6 +92,7 @@ def find_candidate(candidates: Path, rel: Path) -> Path | None:
 def plan_tasks(root: Path, problems: list[Path], candidates: Path | None, compile_into: Path | None) -> list[Task]:
     """Pair each problem with its candidate file (found, or the path `--compile` will write)."""
     root = root.resolve()
+    candidates = candidates.resolve() if candidates is not None else None  # resume compares absolute paths
     tasks = []
     for path in problems:
         rel = path.relative_to(root)

@@ -41,7 +41,7 @@ def run_inline(tasks: list[Task], job: Job, hooks: Hooks) -> None:
 
 def run_pool(tasks: list[Task], job: Job, slots: list[str | None], hooks: Hooks, hard_limit: float | None) -> None:
     """One worker per slot (a GPU id, or None for unpinned); returns when every task has a saved result."""
-    on_start, on_done = hooks
+    on_done = hooks[1]
     ctx = mp.get_context("spawn")  # fork would copy a parent that may hold CUDA or rich's threads
     queue = ctx.Queue()
     for task in tasks:
