@@ -43,32 +43,52 @@ def flatten(out) -> list:
     raise TypeError(f"output of type {type(out).__name__} is not a tensor")
 
 
-def _first(mask: torch.Tensor, limit: int = 5) -> list[list[int]]:
-    """Multi-indices of the first `limit` True elements, scanning in chunks so a huge mask stays cheap."""
-    flat, found, chunk = mask.reshape(-1), [], 1 << 24
-    for start in range(0, flat.numel(), chunk):
-        nz = flat[start:start + chunk].nonzero().flatten()[: limit - len(found)]
-        found += [start + int(i) for i in nz]
-        if len(found) >= limit:
-            break
-    out = []
-    for f in found:
-        idx = []
-        for size in reversed(mask.shape):
-            idx.append(f % size)
-            f //= size
-        out.append(idx[::-1])
-    return out
+_CHUNK = 1 << 24  # elements per chunk: float64 temporaries of a few chunks, never of a whole 2 GB output
 
 
-def _norm(x: torch.Tensor) -> float:
-    return float(torch.linalg.vector_norm(x)) if x.numel() else 0.0
+def _unravel(flat: int, shape) -> list[int]:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat % size)
+        flat //= size
+    return idx[::-1]
+
+
+class _Acc:
+    """Running sums over chunks: squared norms, maxima, counts and the first flat indices of a mask."""
+
+    def __init__(self):
+        self.sq, self.max, self.count, self.first = {}, {}, {}, {}
+
+    def add_sq(self, key, x):
+        self.sq[key] = self.sq.get(key, 0.0) + float((x * x).sum())
+
+    def add_max(self, key, x):
+        if x.numel():
+            self.max[key] = max(self.max.get(key, 0.0), float(x.abs().max()))
+
+    def add_mask(self, key, mask, offset, limit=5):
+        n = int(mask.sum())
+        self.count[key] = self.count.get(key, 0) + n
+        got = self.first.setdefault(key, [])
+        if n and len(got) < limit:
+            got += [offset + int(i) for i in mask.nonzero().flatten()[: limit - len(got)]]
+
+    def norm(self, key) -> float:
+        return math.sqrt(self.sq.get(key, 0.0))
 
 
 def _ratio(num: float, den: float) -> float:
     if den == 0:
         return 0.0 if num == 0 else math.inf
     return num / den
+
+
+def _chunks(*tensors):
+    flats = [t.reshape(-1) if t is not None else None for t in tensors]
+    n = flats[0].numel()
+    for start in range(0, n, _CHUNK):
+        yield start, [f[start:start + _CHUNK].double() if f is not None else None for f in flats]
 
 
 def compare_tensor(out, ref, truth=None, mode="oracle", factor=4.0, label="") -> dict:
@@ -85,59 +105,77 @@ def compare_tensor(out, ref, truth=None, mode="oracle", factor=4.0, label="") ->
         res["why"] = f"dtype {str(out.dtype)[6:]} != reference {str(ref.dtype)[6:]}"
         return res
     out, ref = out.detach(), ref.detach().to(out.device)
-    if not (out.is_floating_point() or out.is_complex()):
-        bad = out != ref
-        res.update(max_abs=float((out.double() - ref.double()).abs().max()) if out.numel() else 0.0,
-                   rel=_ratio(_norm((out.double() - ref.double())), _norm(ref.double())))
-        res["n_bad"] = int(bad.sum())
-        res["first_bad"] = _first(bad)
-        res["ok"] = res["n_bad"] == 0
-        res["why"] = "" if res["ok"] else f"{res['n_bad']} of {out.numel()} elements differ (exact match needed)"
-        return res
-    o, r = out.double(), ref.double()
-    fo, fr = torch.isfinite(o), torch.isfinite(r)
-    # NOTE: NaN and +-inf must sit where the reference has them; a NaN the reference lacks always fails.
-    nonfinite_bad = (torch.isnan(o) != torch.isnan(r)) | ((o == math.inf) != (r == math.inf)) | (
-        (o == -math.inf) != (r == -math.inf))
-    both = fo & fr
-    diff = torch.where(both, o - r, torch.zeros((), dtype=o.dtype, device=o.device))
-    res["max_abs"] = float(diff.abs().max()) if diff.numel() else 0.0
-    res["rel"] = _ratio(_norm(diff), _norm(torch.where(both, r, 0.0)))
+    shape, numel = tuple(out.shape), out.numel()
+    use_truth = mode == "oracle" and truth is not None
+    t_all = truth.detach().to(out.device) if use_truth else None
     tol = table_tol(ref.dtype, mode)
-    bad = (diff.abs() > tol.atol + tol.rtol * r.abs()) & both
-    ok = not bool(bad.any())
-    why = "" if ok else f"{int(bad.sum())} of {out.numel()} elements outside atol={tol.atol:g} rtol={tol.rtol:g}"
-    if mode == "oracle" and truth is not None:
-        t = truth.detach().to(o.device).double()
-        m = both & torch.isfinite(t)
-        zero = torch.zeros((), dtype=t.dtype, device=t.device)
-        cand_e, ref_e = torch.where(m, o - t, zero), torch.where(m, r - t, zero)
-        tn = _norm(torch.where(m, t, zero))
+    exact = not (out.is_floating_point() or out.is_complex())
+    a = _Acc()
+    for off, (o, r, t) in _chunks(out, ref, t_all):
+        if exact:
+            a.add_mask("bad", o != r, off)
+            a.add_sq("diff", o - r)
+            a.add_sq("ref", r)
+            a.add_max("diff", o - r)
+            continue
+        fo, fr = torch.isfinite(o), torch.isfinite(r)
+        # NOTE: NaN and +-inf must sit where the reference has them; a NaN the reference lacks always fails.
+        a.add_mask("nonfinite", (torch.isnan(o) != torch.isnan(r)) | ((o == math.inf) != (r == math.inf))
+                   | ((o == -math.inf) != (r == -math.inf)), off)
+        both = fo & fr
+        d = torch.where(both, o - r, 0.0)
+        a.add_sq("diff", d)
+        a.add_sq("ref", torch.where(both, r, 0.0))
+        a.add_max("diff", d)
+        a.add_mask("table", (d.abs() > tol.atol + tol.rtol * r.abs()) & both, off)
+        if use_truth:
+            m = both & torch.isfinite(t)
+            ce, re_ = torch.where(m, o - t, 0.0), torch.where(m, r - t, 0.0)
+            a.add_sq("cand_e", ce)
+            a.add_sq("ref_e", re_)
+            a.add_sq("truth", torch.where(m, t, 0.0))
+            a.add_max("cand_e", ce)
+            a.add_max("ref_e", re_)
+            a.add_max("truth", torch.where(m, t, 0.0))
+    res["max_abs"] = a.max.get("diff", 0.0)
+    res["rel"] = _ratio(a.norm("diff"), a.norm("ref"))
+    if exact:
+        res["n_bad"] = a.count.get("bad", 0)
+        res["first_bad"] = [_unravel(f, shape) for f in a.first.get("bad", [])]
+        res["ok"] = res["n_bad"] == 0
+        res["why"] = "" if res["ok"] else f"{res['n_bad']} of {numel} elements differ (exact match needed)"
+        return res
+    bad_key = "table"
+    ok = a.count.get("table", 0) == 0
+    why = "" if ok else f"{a.count['table']} of {numel} elements outside atol={tol.atol:g} rtol={tol.rtol:g}"
+    if use_truth:
         floor = ORACLE_FLOOR.get(ref.dtype, ORACLE_FLOOR[torch.float32])
-        cand_rel, ref_rel = _ratio(_norm(cand_e), tn), _ratio(_norm(ref_e), tn)
-        tmax = float(torch.where(m, t, zero).abs().max()) if t.numel() else 0.0
-        ref_max = float(ref_e.abs().max()) if t.numel() else 0.0
+        tn = a.norm("truth")
+        cand_rel, ref_rel = _ratio(a.norm("cand_e"), tn), _ratio(a.norm("ref_e"), tn)
         bound_rel = factor * ref_rel + floor
-        bound_max = 2 * factor * ref_max + floor * tmax
-        bad = cand_e.abs() > bound_max
-        ok = cand_rel <= bound_rel and not bool(bad.any())
+        bound_max = 2 * factor * a.max.get("ref_e", 0.0) + floor * a.max.get("truth", 0.0)
         res["oracle"] = {"cand_rel": cand_rel, "ref_rel": ref_rel, "bound_rel": bound_rel,
-                         "cand_max": float(cand_e.abs().max()) if t.numel() else 0.0, "ref_max": ref_max,
+                         "cand_max": a.max.get("cand_e", 0.0), "ref_max": a.max.get("ref_e", 0.0),
                          "bound_max": bound_max}
+        bad_key = "oracle"
+        if a.max.get("cand_e", 0.0) > bound_max:  # a second pass finds which elements
+            for off, (o, r, t) in _chunks(out, ref, t_all):
+                m = torch.isfinite(o) & torch.isfinite(r) & torch.isfinite(t)
+                a.add_mask("oracle", m & ((o - t).abs() > bound_max), off)
+        n_or = a.count.get("oracle", 0)
+        ok = cand_rel <= bound_rel and n_or == 0
         if ok:
             why = ""
         elif cand_rel > bound_rel:
             why = f"error vs float64 truth {cand_rel:.2e} > {factor:g} x reference's {ref_rel:.2e} + {floor:.0e}"
         else:
-            why = f"{int(bad.sum())} elements off the float64 truth by more than {bound_max:.2e}"
-    n_nf = int(nonfinite_bad.sum())
+            why = f"{n_or} elements off the float64 truth by more than {bound_max:.2e}"
+    n_nf = a.count.get("nonfinite", 0)
     if n_nf:
         ok = False
         why = f"{n_nf} NaN/inf elements disagree with the reference" + (f"; {why}" if why else "")
-    res["ok"] = ok
-    res["why"] = why
-    res["n_bad"] = n_nf + int(bad.sum())
-    res["first_bad"] = _first(nonfinite_bad | bad)
+    firsts = sorted(set(a.first.get("nonfinite", []) + a.first.get(bad_key, [])))[:5] if not ok else []
+    res.update(ok=ok, why=why, n_bad=n_nf + a.count.get(bad_key, 0), first_bad=[_unravel(f, shape) for f in firsts])
     return res
 
 
