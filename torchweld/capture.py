@@ -4,6 +4,7 @@ from __future__ import annotations
 import inspect
 import operator
 import re
+from dataclasses import replace
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -187,16 +188,20 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None) -> 
             return tuple(int(s) for s in val.shape), dtype_name(val.dtype)
         return (), "tuple" if isinstance(val, (tuple, list)) else type(val).__name__
 
+    def stride(n):
+        val = n.meta.get("val")
+        return tuple(int(s) for s in val.stride()) if isinstance(val, torch.Tensor) else ()
+
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             i = placeholders
             placeholders += 1
             shape, dtype = meta(n)
             if i < len(state_names):
-                node = Node(f"p{i}", "param", (), shape, dtype, target=state_names[i])
+                node = Node(f"p{i}", "param", (), shape, dtype, target=state_names[i], stride=stride(n))
             else:
                 k = i - len(state_names)
-                node = Node(f"x{k}", "input", (), shape, dtype, target=arg_names[k])
+                node = Node(f"x{k}", "input", (), shape, dtype, target=arg_names[k], stride=stride(n))
             names[n] = node.name
             nodes.append(node)
             continue
@@ -224,7 +229,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None) -> 
                 name, "aten", _to_ir_arg(tuple(n.args), names), shape, dtype, target=str(n.target),
                 attrs=tuple(sorted((k, _to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
         names[n] = name
-        nodes.append(node)
+        nodes.append(replace(node, stride=stride(n)))
     return Graph(tuple(nodes), outputs, single)
 
 

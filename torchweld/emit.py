@@ -7,7 +7,7 @@ from math import prod
 
 import torch
 
-from torchweld.codegen.kernel import ITEMSIZE, module_source, operands, vec_class, vector_width
+from torchweld.codegen.kernel import ITEMSIZE, is_contiguous, module_source, operands, vec_class, vector_width
 from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.ir import LIBRARY, Graph, Node, Ref, format_node
 from torchweld.plan import Kernel, Plan
@@ -136,7 +136,8 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
     ops = operands(k, graph)
     vec = vector_width(k, graph)
     params = ", ".join(f"a_{o.name}" for o in ops)
-    specs = ", ".join(f"(torch.{o.dtype}, {tuple(nodes[o.name].shape)!r})" for o in ops)
+    specs = ", ".join(f"(torch.{o.dtype}, {tuple(nodes[o.name].shape)!r}, {_stride_spec(nodes[o.name])!r})"
+                      for o in ops)
     aligned = [f"a_{o.name}" for o in ops if vec > 1 and vec_class(o, vec) in ("full", "contig")]
     align = {f"a_{o.name}": ITEMSIZE[o.dtype] * vec for o in ops}
     outs = [(o, nodes[o].dtype) for o in k.outputs]
@@ -159,6 +160,11 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
     ret = ", ".join(f"out_{o}" for o, _ in outs)
     lines.append(f"    return {ret}{',' if len(outs) == 1 else ''}")
     return "\n".join(lines)
+
+
+def _stride_spec(n: Node):
+    """None for contiguous values, else the captured strides the kernel indexes with."""
+    return None if is_contiguous(n) else tuple(n.stride)
 
 
 def _header(plan: Plan, problem_name: str) -> str:

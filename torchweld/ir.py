@@ -40,6 +40,7 @@ class Node:
     target: str = ""  # input: forward arg name; param: "conv.weight"; aten: "aten.add.Tensor"
     attrs: tuple = ()  # sorted (key, value) pairs: op parameters, aten kwargs
     origin: str = ""  # the line of `forward` this came from
+    stride: tuple = ()  # element strides of the captured value (views need not be contiguous)
 
     @property
     def numel(self) -> int:

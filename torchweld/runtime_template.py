@@ -32,19 +32,23 @@ _LIB = _tw_build() if torch.cuda.is_available() else None
 
 
 def _tw_check(kernel, tensors, specs):
-    """Refuse what a kernel was not built for: device, dtype, shape; make inputs contiguous."""
+    """Refuse what a kernel was not built for (device, dtype, shape); lay inputs out as it expects."""
     dev = tensors[0].device
     if dev.type == "cuda" and dev.index != torch.cuda.current_device():
         raise RuntimeError(f"torchweld {kernel}: inputs are on {dev} but the current device is cuda:{torch.cuda.current_device()}")
     out = []
-    for i, (t, (dtype, shape)) in enumerate(zip(tensors, specs)):
+    for i, (t, (dtype, shape, stride)) in enumerate(zip(tensors, specs)):
         if not isinstance(t, torch.Tensor) or t.device != dev or not t.is_cuda:
             raise RuntimeError(f"torchweld {kernel}: input {i} must be a CUDA tensor on {dev}, got {getattr(t, 'device', type(t).__name__)}")
         if t.dtype != dtype:
             raise TypeError(f"torchweld {kernel}: input {i} must be {dtype}, got {t.dtype}")
         if tuple(t.shape) != shape:
             raise ValueError(f"torchweld {kernel}: input {i} must have shape {shape}, got {tuple(t.shape)}")
-        out.append(t if t.is_contiguous() else t.contiguous())
+        if stride is None:
+            t = t if t.is_contiguous() else t.contiguous()
+        elif any(n > 1 and a != b for n, a, b in zip(shape, t.stride(), stride)):
+            t = torch.empty_strided(shape, stride, dtype=dtype, device=dev).copy_(t)  # the layout it was built for
+        out.append(t)
     return out
 
 

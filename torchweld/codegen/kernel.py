@@ -61,17 +61,24 @@ class Operand:
     full: bool  # same shape as the iteration space: index == i
 
 
-def coalesce(shape: tuple, operand_shapes: list[tuple]) -> list[list[tuple[int, int, int]]]:
-    """Per operand, (size, out_stride, own_stride) of its iteration dims, merged where it can."""
+def contiguous_strides(shape: tuple) -> tuple:
+    return tuple(prod(shape[d + 1:]) for d in range(len(shape)))
+
+
+def own_strides(shape: tuple, stride: tuple) -> tuple:
+    """Element strides of a value; size-1 dims get 0 (they broadcast), unknown means contiguous."""
+    stride = tuple(stride) if stride and len(stride) == len(shape) else contiguous_strides(shape)
+    return tuple(0 if size == 1 else st for size, st in zip(shape, stride))
+
+
+def coalesce(shape: tuple, operand_layouts: list[tuple[tuple, tuple]]) -> list[list[tuple[int, int, int]]]:
+    """Per operand (shape, stride), (size, out_stride, own_stride) of its iteration dims, merged."""
     nd = len(shape)
-    out_stride = [prod(shape[d + 1:]) for d in range(nd)]
+    out_stride = contiguous_strides(shape)
     result = []
-    for s in operand_shapes:
-        s = (1,) * (nd - len(s)) + tuple(s)
-        own, acc = [0] * nd, 1
-        for d in range(nd - 1, -1, -1):
-            own[d] = acc if s[d] != 1 else 0
-            acc *= s[d]
+    for s, st in operand_layouts:
+        pad = nd - len(s)
+        own = (0,) * pad + own_strides(tuple(s), st)
         groups: list[list[int]] = []
         for d in (d for d in range(nd) if shape[d] != 1):
             if groups and own[groups[-1][-1]] == own[d] * shape[d]:
@@ -80,6 +87,10 @@ def coalesce(shape: tuple, operand_shapes: list[tuple]) -> list[list[tuple[int, 
                 groups.append([d])
         result.append([(prod(shape[d] for d in g), out_stride[g[-1]], own[g[-1]]) for g in groups])
     return result
+
+
+def is_contiguous(node: Node) -> bool:
+    return own_strides(node.shape, node.stride) == own_strides(node.shape, ())
 
 
 def index_expr(dims, i: str, itype: str) -> str:
@@ -103,7 +114,7 @@ def vec_class(op: Operand, vec: int) -> str:
     if all(out_stride % vec == 0 for _, out_stride, _ in live):
         return "uniform"  # the same element for the whole vector: one scalar load
     if live and live[-1][1] == 1 and live[-1][2] == 1 and live[-1][0] % vec == 0 and all(
-            d[1] % vec == 0 for d in live[:-1]):
+            d[1] % vec == 0 and d[2] % vec == 0 for d in live[:-1]):
         return "contig"  # consecutive elements of the operand: one vector load
     return "gather"
 
@@ -118,9 +129,10 @@ def vector_width(kernel: Kernel, graph: Graph) -> int:
 
 def operands(kernel: Kernel, graph: Graph) -> list[Operand]:
     nodes = graph.by_name()
-    shapes = [nodes[a].shape for a in kernel.inputs]
-    dims = coalesce(kernel.shape, shapes)
-    return [Operand(a, nodes[a].dtype, tuple(d), tuple(nodes[a].shape) == tuple(kernel.shape))
+    layouts = [(nodes[a].shape, nodes[a].stride) for a in kernel.inputs]
+    dims = coalesce(kernel.shape, layouts)
+    return [Operand(a, nodes[a].dtype, tuple(d),
+                    tuple(nodes[a].shape) == tuple(kernel.shape) and is_contiguous(nodes[a]))
             for a, d in zip(kernel.inputs, dims)]
 
 

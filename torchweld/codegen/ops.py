@@ -124,10 +124,11 @@ def torch_expr(n: Node, args: list[str]) -> str:
              "eq": "==", "ne": "!="}
     if op in infix:
         return f"({x} {infix[op]} {y})"
+    tensor_y = len(n.args) > 1 and isinstance(n.args[1], str)
     table = {
         "neg": f"(-{x})", "fma": f"({x} * {y} + {z})", "relu": f"torch.relu({x})",
-        "minimum": f"torch.minimum({x}, {y})" if isinstance(n.args[1], str) else f"torch.clamp_max({x}, {y})",
-        "maximum": f"torch.maximum({x}, {y})" if isinstance(n.args[1], str) else f"torch.clamp_min({x}, {y})",
+        "minimum": f"torch.minimum({x}, {y})" if tensor_y else f"torch.clamp_max({x}, {y})",
+        "maximum": f"torch.maximum({x}, {y})" if tensor_y else f"torch.clamp_min({x}, {y})",
         "clamp": f"torch.clamp({x}, {y}, {z})", "where": f"torch.where({x}, {y}, {z})",
         "pow": f"torch.pow({x}, {y})", "fmod": f"torch.fmod({x}, {y})",
         "logical_and": f"torch.logical_and({x}, {y})", "logical_or": f"torch.logical_or({x}, {y})",

@@ -1,0 +1,56 @@
+"""The command line: clear one-line errors for bad problems, and compile/explain on the CPU."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tw(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "torchweld", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT)
+
+
+BAD = {
+    "missing.py": None,
+    "no_model.py": "import torch\ndef get_inputs(): return []\ndef get_init_inputs(): return []\n",
+    "import_error.py": "import not_a_module_at_all\n",
+    "syntax.py": "class Model(:\n",
+    "not_tensor.py": ("import torch, torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x): return x\n"
+                      "def get_inputs(): return ['a string']\ndef get_init_inputs(): return []\n"),
+    "init_fails.py": ("import torch, torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self, n):\n"
+                      "        super().__init__(); raise ValueError('bad size')\n"
+                      "def get_inputs(): return [torch.rand(2)]\ndef get_init_inputs(): return [1]\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_problem_gives_one_line(name, tmp_path):
+    path = tmp_path / name
+    if BAD[name] is not None:
+        path.write_text(BAD[name])
+    proc = tw("compile", path, "-o", tmp_path / "out.py")
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("torchweld:") and "unavailable" not in line]
+    assert len(lines) == 1 and name in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_compile_without_gpu_says_so(tmp_path):
+    out = tmp_path / "s1.py"
+    proc = tw("compile", ROOT / "problems/seeds/seed001_conv2d_relu_bias.py", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and "class ModelNew" in out.read_text()
+    assert "no CUDA GPU" in proc.stdout
+
+
+def test_explain_shows_graph_rewrites_and_plan():
+    proc = tw("explain", ROOT / "problems/seeds/seed000_convt3d_bias_residual.py")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for part in ("# Captured graph", "# Rewrites", "collect_linear", "# Kernel plan", "k0(", "fma("):
+        assert part in out

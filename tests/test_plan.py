@@ -1,0 +1,92 @@
+"""Kernel plans: how many kernels a graph becomes and what each holds (no GPU needed)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import kernels
+from torchweld.plan import describe
+
+
+def _conv(self, x):
+    return F.conv2d(x, self.w, self.b)
+
+
+def test_conv_then_chain_is_one_kernel():
+    p = kernels(lambda s, x: torch.relu(_conv(s, x)) + s.bias, torch.randn(2, 3, 8, 8),
+                w=torch.randn(4, 3, 3, 3), b=torch.randn(4), bias=torch.randn(4, 1, 1))
+    assert len(p.kernels) == 1
+    k = p.kernels[0]
+    assert [p.graph.by_name()[m].op for m in k.nodes] == ["relu", "add"]
+    assert k.shape == (2, 4, 6, 6)
+
+
+def test_library_op_splits_chains():
+    def fn(s, x):
+        y = torch.sigmoid(x) * 2.0
+        y = F.conv2d(y, s.w)
+        return torch.tanh(y) - 1.0
+
+    p = kernels(fn, torch.randn(2, 3, 8, 8), w=torch.randn(3, 3, 1, 1))
+    assert len(p.kernels) == 2
+    assert [s for s in p.steps if s.startswith("k") or "conv" in s] or p.steps
+
+
+def test_value_read_three_times_is_loaded_once():
+    p = kernels(lambda s, x: x * torch.sigmoid(x) + x, torch.randn(64, 33))
+    assert len(p.kernels) == 1 and p.kernels[0].inputs == ("x0",)
+
+
+def test_broadcast_parameter_math_is_inlined():
+    """`bias * 2 + 1` has the bias's small shape: it is recomputed inside the big kernel."""
+    p = kernels(lambda s, x: x * (s.bias * 2.0 + 1.0), torch.randn(4, 8, 5, 5), bias=torch.randn(8, 1, 1))
+    assert len(p.kernels) == 1
+    assert p.kernels[0].shape == (4, 8, 5, 5)
+
+
+def test_small_value_needed_outside_is_not_inlined():
+    p = kernels(lambda s, x: (x + torch.exp(s.bias), torch.exp(s.bias)), torch.randn(4, 8), bias=torch.randn(8))
+    assert all(p.graph.by_name()[o].shape == k.shape for k in p.kernels for o in k.outputs)
+
+
+def test_no_kernel_waits_on_itself():
+    """relu feeds a conv and also the add after it: fusing both into one kernel would be a cycle."""
+    def fn(s, x):
+        r = torch.relu(x)
+        return r + F.conv2d(r, s.w, padding=1)
+
+    p = kernels(fn, torch.randn(1, 4, 6, 6), w=torch.randn(4, 4, 3, 3))
+    assert len(p.kernels) == 2
+    order = {u: i for i, u in enumerate(p.steps)}
+    relu_k, add_k = p.kernels
+    assert order[relu_k.name] < order[add_k.name]
+
+
+def test_multiple_outputs():
+    p = kernels(lambda s, x: (torch.relu(x), torch.relu(x) * 3.0), torch.randn(10, 10))
+    assert len(p.kernels) == 1 and len(p.kernels[0].outputs) == 2
+
+
+def test_integer_ops_stay_in_pytorch():
+    p = kernels(lambda s, x: (x * 3) % 5, torch.randint(0, 9, (8, 8)))
+    assert not p.kernels
+
+
+def test_linear_chain():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 32)
+
+        def forward(self, x):
+            return F.gelu(self.fc(x)) * 0.5
+
+    from torchweld.capture import capture
+    from torchweld.plan import plan
+    from torchweld.simplify import simplify
+
+    p = plan(simplify(capture(M(), [torch.randn(8, 16)])))
+    assert len(p.kernels) == 1
+    text = describe(p)
+    assert "aten.addmm.default" in text and "[library]" in text and "k0(" in text
