@@ -22,6 +22,8 @@ class Row:
     vs_eager: float | None
     vs_compile: float | None
     build_s: float | None
+    build_cold_s: float | None = None  # from `--prewarm`: the candidate's first build
+    compile_cold_s: float | None = None  # from `--prewarm`: torch.compile's first compile
 
 
 def rows(results: list[dict]) -> list[Row]:
@@ -41,6 +43,8 @@ def rows(results: list[dict]) -> list[Row]:
             vs_eager=speedup(r, "eager") if ok else None,
             vs_compile=speedup(r, "compile") if ok else None,
             build_s=_num(r.get("build_s")),
+            build_cold_s=_num((r.get("prewarm") or {}).get("candidate_build_cold_s")),
+            compile_cold_s=_num((r.get("prewarm") or {}).get("compile_cold_s")),
         ))
     return out
 

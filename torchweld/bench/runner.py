@@ -36,6 +36,7 @@ class BenchOptions:
     timeout: float | None = None  # None: the judge's default
     filter: str | None = None
     command: str = ""
+    prewarm: int = 0  # processes that build candidates and torch.compile caches before judging
 
 
 def register(subparsers) -> None:
@@ -57,6 +58,9 @@ def register(subparsers) -> None:
                    help="skip problems already judged in RESULTS_DIR (default: on)")
     p.add_argument("--timeout", type=float, metavar="S", help="the judge's per-run timeout in seconds")
     p.add_argument("--filter", metavar="GLOB", help="only problems whose relative path or stem matches GLOB")
+    p.add_argument("--prewarm", type=int, default=0, metavar="N",
+                   help="first build candidates and torch.compile caches in N parallel processes (cold times "
+                        "are kept and reported; the judged compile times are then warm-cache times)")
     p.add_argument("--report-only", type=Path, metavar="RESULTS_DIR",
                    help="re-render the reports from saved results and exit (no GPU needed)")
     p.set_defaults(func=run)
@@ -75,6 +79,7 @@ def run(args, console: Console | None = None) -> int:
         problems=args.dir, out=args.out or Path("out") / "bench" / args.dir.resolve().name,
         candidates=args.candidates, compile=bool(args.compile), gpus=args.gpus, resume=args.resume,
         timeout=args.timeout, filter=args.filter, command=shlex.join(["torchweld", *sys.argv[1:]]),
+        prewarm=args.prewarm,
     )
     return run_bench(opts, console=console)
 
@@ -106,6 +111,10 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
     _say(console, f"torchweld bench: {len(tasks)} problems, {len(todo)} to judge ({resumed} resumed), "
                   f"{len(slots)} worker(s); results in {out}")
     interrupted = False
+    if opts.prewarm and todo and spawn:
+        from torchweld.bench.prewarm import prewarm
+
+        prewarm(todo, out, opts.prewarm, slots[0], say=lambda text: _say(console, text))
     try:
         with Display(console, len(todo), slots, resumed) as display:
             if not spawn:
@@ -178,6 +187,7 @@ def run_meta(opts: BenchOptions, out: Path, slots: list, resumed: int) -> dict:
         "timeout": opts.timeout,
         "filter": opts.filter,
         "resumed": resumed,
+        "prewarm": opts.prewarm,
     }
 
 

@@ -29,10 +29,12 @@ def render_markdown(results: list[dict], m: Metrics, meta: dict, notes: list[str
     lines += [f"| {md(c.category)} | {c.count} | {c.correct} | {times(c.geomean_eager)} | {times(c.geomean_compile)} "
               f"| {pct(c.fast1_compile)} |" for c in m.categories]
     lines += ["", "## Problems", "",
-              "| problem | category | outcome | eager ms | compile ms | ModelNew ms | vs eager | vs compile | build s |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+              "| problem | category | outcome | eager ms | compile ms | ModelNew ms | vs eager | vs compile "
+              "| build s | cold build s | cold torch.compile s |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {md(r.name)} | {md(r.category)} | {md(r.outcome)} | {ms(r.eager_ms)} | {ms(r.compile_ms)} "
-              f"| {ms(r.candidate_ms)} | {times(r.vs_eager)} | {times(r.vs_compile)} | {secs(r.build_s)} |"
+              f"| {ms(r.candidate_ms)} | {times(r.vs_eager)} | {times(r.vs_compile)} | {secs(r.build_s)} "
+              f"| {secs(r.build_cold_s)} | {secs(r.compile_cold_s)} |"
               for r in rows(results)]
     lines += ["", f"## Failures ({len(m.failures)})", ""]
     lines += [f"- **{md(f.label)}**: `{md(f.outcome)}`: {md(one_line(f.message)) or '(no message)'}" for f in m.failures]

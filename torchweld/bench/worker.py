@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import time
@@ -62,6 +63,14 @@ def finish(task: Task, result: dict, job: Job, started: float, worker: int | Non
     result = dict(result)
     result.update(category=task.category, key=task.key, rel=task.rel)
     result.setdefault("name", task.stem)
+    from torchweld.bench.prewarm import prewarm_path
+
+    warm = prewarm_path(job.out, task.key)
+    if warm.is_file():
+        try:
+            result["prewarm"] = json.loads(warm.read_text())
+        except (OSError, ValueError):
+            pass
     result["bench"] = {
         "candidate": str(task.candidate) if task.candidate else None,
         "compiled": task.compile,

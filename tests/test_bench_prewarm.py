@@ -1,0 +1,34 @@
+"""`--prewarm`: cold times saved per problem, skipped when present, and shown in the tables."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torchweld.bench.format import rows
+from torchweld.bench.plan import Task
+from torchweld.bench.prewarm import load_prewarm, prewarm, prewarm_path
+
+
+def _task(tmp_path: Path) -> Task:
+    return Task(problem=tmp_path / "p.py", rel="conv/p.py", category="conv", stem="p", candidate=tmp_path / "c.py")
+
+
+def test_saved_records_are_skipped_and_loaded(tmp_path):
+    task = _task(tmp_path)
+    path = prewarm_path(tmp_path, task.key)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"key": task.key, "compile_cold_s": 31.5, "candidate_build_cold_s": 2.25}))
+    said = []
+    assert prewarm([task], tmp_path, 4, None, say=said.append) == []  # nothing left: no process started
+    assert not said
+    assert load_prewarm(tmp_path)[task.key]["compile_cold_s"] == 31.5
+
+
+def test_rows_show_cold_times():
+    result = {"name": "p", "category": "conv", "outcome": "correct", "build_s": 0.3,
+              "timing": {"eager_ms": 2.0, "compile_ms": 1.0, "candidate_ms": 0.8},
+              "prewarm": {"candidate_build_cold_s": 2.25, "compile_cold_s": 31.5}}
+    (row,) = rows([result])
+    assert (row.build_s, row.build_cold_s, row.compile_cold_s) == (0.3, 2.25, 31.5)
+    (bare,) = rows([dict(result, prewarm=None)])
+    assert bare.build_cold_s is None and bare.compile_cold_s is None

@@ -1,0 +1,86 @@
+"""`--prewarm N`: build candidates and compile torch.compile's kernels in N parallel processes first.
+
+Judging must time one problem at a time, but building extensions and running Inductor's compiler
+need only CPU cores. Done up front in parallel, they fill the caches (torch extensions by content
+hash, Inductor's FX graph and Triton caches), so the serial judge run spends its time timing.
+Each problem's cold times are saved in RESULTS_DIR/prewarm/<key>.json and shown in the reports.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+from torchweld.bench.plan import Task
+
+
+def prewarm_path(out: Path, key: str) -> Path:
+    return out / "prewarm" / f"{key}.json"
+
+
+def _warm_one(task: Task, out: str, gpu: str | None, compile_candidate: bool) -> dict:
+    """In a fresh process: compile the candidate file, build it, and run torch.compile once."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    import torch
+
+    from torchweld.problem import load_module, load_problem
+
+    record: dict = {"key": task.key}
+    try:
+        problem = load_problem(task.problem)
+        if compile_candidate and task.candidate is not None:
+            from torchweld.pipeline import compile_file
+
+            task.candidate.parent.mkdir(parents=True, exist_ok=True)
+            compile_file(task.problem, task.candidate)
+        if task.candidate is not None and task.candidate.suffix == ".py" and task.candidate.is_file():
+            t0 = time.perf_counter()
+            load_module(task.candidate, task.candidate.read_text(), prefix="torchweld_prewarm")
+            record["candidate_build_cold_s"] = round(time.perf_counter() - t0, 3)
+        model = problem.build_model(0).cuda()
+        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in problem.inputs()]
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            torch.compile(model)(*inputs)
+        torch.cuda.synchronize()
+        record["compile_cold_s"] = round(time.perf_counter() - t0, 3)
+    except Exception as e:  # the judge will meet the same failure and report it properly
+        record["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+    path = prewarm_path(Path(out), task.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return record
+
+
+def prewarm(tasks: list[Task], out: Path, processes: int, gpu: str | None, say=print) -> list[dict]:
+    """Warm every task's caches, `processes` at a time; already-warmed tasks are skipped."""
+    todo = [t for t in tasks if not prewarm_path(out, t.key).is_file()]
+    if not todo or processes < 1:
+        return []
+    say(f"prewarm: building candidates and torch.compile caches for {len(todo)} problems, {processes} at a time")
+    ctx = multiprocessing.get_context("spawn")
+    records = []
+    with concurrent.futures.ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+        futures = [pool.submit(_warm_one, t, str(out), gpu, t.compile) for t in todo]
+        for f in concurrent.futures.as_completed(futures):
+            try:
+                records.append(f.result())
+            except Exception as e:  # a crashed process: the judge reports the problem itself
+                records.append({"error": f"prewarm process died: {type(e).__name__}"})
+    return records
+
+
+def load_prewarm(out: Path) -> dict[str, dict]:
+    """Saved cold times by result key (empty when the run was not prewarmed)."""
+    found = {}
+    for path in (out / "prewarm").glob("*.json") if (out / "prewarm").is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            found[record.get("key", path.stem)] = record
+        except (OSError, ValueError):
+            continue
+    return found
