@@ -86,3 +86,10 @@ def test_fixture_kernels():
     fix = Path(__file__).parent / "fixtures" / "judge"
     assert kernel_names((fix / "honest_relu_bias.py").read_text()) == {"relu_bias_kernel", "poke_kernel"}
     assert kernel_names((fix / "seed002_mended.py").read_text()) == {"conv_transpose3d_kernel"}
+
+
+def test_gcc_unicode_quotes():
+    log = ("/x/main.cpp:6:66: error: \u2018conv_transpose3d_forward\u2019 was not declared in this scope\n"
+           "Error building extension 'conv_transpose3d_cuda'")
+    ext, errors, names = summarize_build_log(log)
+    assert names == ["conv_transpose3d_forward"] and errors[0].startswith("main.cpp:6: error:")

@@ -16,14 +16,15 @@ from pathlib import Path
 _GCC = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$")
 _NVCC = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?:catastrophic )?error: (?P<msg>.*)$")
 _LD = re.compile(r"undefined reference to [`'](?P<sym>[^'`]+)'|undefined symbol: (?P<sym2>\S+)")
+_Q, _E = "['\u2018`]", "['\u2019]"  # gcc quotes names with \u2018...\u2019 under a UTF-8 locale
 _NAMES = [
-    r"'(?:::)?([\w:]+)' was not declared in this scope",
+    _Q + r"(?:::)?([\w:]+)" + _E + r" was not declared in this scope",
     r'identifier "([\w:]+)" is undefined',
-    r"use of undeclared identifier '([\w:]+)'",
-    r"'([\w:]+)' has not been declared",
-    r"'(\w+)' is not a member of",
-    r"no matching function for call to '([\w:]+)",
-    r"'([\w:]+)' does not name a type",
+    r"use of undeclared identifier " + _Q + r"([\w:]+)" + _E,
+    _Q + r"([\w:]+)" + _E + r" has not been declared",
+    _Q + r"(\w+)" + _E + r" is not a member of",
+    r"no matching function for call to " + _Q + r"([\w:]+)",
+    _Q + r"([\w:]+)" + _E + r" does not name a type",
 ]
 _KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+|__forceinline__\s+)*"
                      r"void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)")

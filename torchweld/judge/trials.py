@@ -211,7 +211,7 @@ def kernel_check(pair: Pair, cand_in, defined: set[str], problem_cls) -> list[di
         return found
     ours = [k for k in launched if any(_word(d, k) for d in defined)]
     if not ours:
-        seen = sorted(set(launched))[:3]
+        seen = [k if len(k) <= 60 else k[:57] + "..." for k in sorted(set(launched))[:3]]
         why = "defines no CUDA/Triton kernel" if not defined else f"none of its kernels {sorted(defined)[:4]} ran"
         found.append(cheat("no_custom_kernel", f"forward() launches no kernel of its own ({why}); "
                                                f"kernels that ran: {seen or 'none'}"))
