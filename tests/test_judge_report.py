@@ -20,7 +20,7 @@ def test_render_saved_result():
     first = text.splitlines()[0]
     assert first.startswith("CHEAT  problem_relu_bias: caught by output_reuse")
     for want in ("trial 2 (seed 2)", "batch=3", "FAIL", "[[0, 0, 0, 5]]", "output_reuse", "CAUGHT", "other_stream",
-                 "0.3770", "1.09x", "H100", "strict fp32"):
+                 "0.3770", "1.09x", "H100", "strict fp32", "never-seen inputs 0.3810 ms"):
         assert want in text, want
     assert "\x1b[" not in text  # plain text unless asked for colour
 

@@ -68,6 +68,10 @@ def render(result: dict, width: int = 120, color: bool = False) -> str:
                   _num(tm.get("compile_build_s"), "{:.1f}"))
         con.print(t)
         con.print(f"  method: {tm.get('method', '')}")
+        if tm.get("wall_ms") is not None or tm.get("fresh_ms") is not None:
+            con.print(f"  anti-cheat timing: call+sync {_num(tm.get('wall_ms'), '{:.4f}')} ms vs events "
+                      f"{_num(tm.get('event_ms'), '{:.4f}')} ms; never-seen inputs {_num(tm.get('fresh_ms'), '{:.4f}')}"
+                      f" ms vs seen {_num(tm.get('seen_ms'), '{:.4f}')} ms")
     for d in result.get("details", []):
         con.print(f"  - {d}")
     return buf.getvalue()
