@@ -28,6 +28,7 @@ class CheckOptions:
     timing_min_s: float = 1.0  # ... and at least this long, per timed function
     timing_max_runs: int = 2000
     timing_sets: int = 4  # rotating input sets while timing
+    stream_probes: int = 10  # extra calls whose results are read at once (a side-stream race shows up)
     fresh_sets: int = 6  # never-seen input sets timed once each (catches caching by value)
     allow_tf32: bool = False  # the judge's fp32 is strict fp32 unless this says otherwise
 

@@ -196,6 +196,20 @@ def diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, o
     return []
 
 
+def stream_probe(pair: Pair, inputs, calls: int) -> list[dict]:
+    """Call repeatedly, reading each result on the caller's stream at once: gives a side-stream race more chances."""
+    for i in range(calls):
+        guards.poison_free_memory()  # so a not-yet-written output holds poison, not last call's equal values
+        outs = flatten(pair.cand(*inputs))
+        snap = [o.clone() for o in outs]
+        torch.cuda.synchronize()
+        if not all(same_bits(s, o) for s, o in zip(snap, outs)):
+            return [cheat("stream_race", f"probe call {i + 1} of {calls}: the output read on the caller's stream right "
+                                         "after forward() returned differs from the same tensor after a device-wide "
+                                         "synchronize: the result was not ready, work ran on another stream")]
+    return []
+
+
 def kernel_check(pair: Pair, cand_in, defined: set[str], problem_cls) -> list[dict]:
     """Which kernels the candidate's forward launches, and which modules it calls (the original's?)."""
     found = []

@@ -20,7 +20,7 @@ from torchweld.judge import guards
 from torchweld.judge.build import BuildError, import_candidate, kernel_names
 from torchweld.judge.options import CheckOptions
 from torchweld.judge.tolerance import compare, flatten
-from torchweld.judge.trials import Pair, cheat, kernel_check, run_trial, to_cuda
+from torchweld.judge.trials import Pair, cheat, kernel_check, run_trial, stream_probe, to_cuda
 from torchweld.judge.variants import all_variants, reshape_inputs
 from torchweld.problem import ProblemError, load_problem
 
@@ -148,6 +148,7 @@ class Worker:
             torch.manual_seed(self.opts.seed * 1000 + 99)
             fresh = to_cuda(problem.inputs())
             self.caught(kernel_check(pair, fresh, kernel_names(source), problem.model_cls), "profiled forward")
+            self.caught(stream_probe(pair, fresh, self.opts.stream_probes), "stream probe")
             self.env_check("after the correctness calls")
 
     def generalization(self, problem, pair, init_args, cand_cls):
