@@ -14,7 +14,7 @@ import torch.nn as nn
 PROBLEMS = Path(__file__).resolve().parent.parent / "problems"
 FILES = sorted(p for p in PROBLEMS.rglob("*.py") if p.name != "__init__.py")
 
-CATEGORIES = ("seeds", "conv", "conv_transpose", "matmul", "elementwise", "broadcast", "lowp")
+CATEGORIES = ("seeds", "conv", "conv_transpose", "matmul", "elementwise", "broadcast", "lowp", "reduce", "norm")
 MIN_PER_CATEGORY = 4
 MIN_PROBLEMS = 36
 SEED_FILES = (
@@ -42,8 +42,10 @@ def _load(path: Path) -> dict:
     return runpy.run_path(str(path), run_name=f"corpus_{path.stem}")
 
 
-def _expected_dtypes(category: str) -> tuple[torch.dtype, ...]:
-    return LOWP_DTYPES if category == "lowp" else (torch.float32,)
+def _expected_dtypes(category: str, path: Path | None = None) -> tuple[torch.dtype, ...]:
+    """lowp/ holds fp16/bf16 problems; reduce/ and norm/ mark theirs with an _fp16/_bf16 suffix."""
+    lowp_name = path is not None and category in ("reduce", "norm") and path.stem.endswith(("_fp16", "_bf16"))
+    return LOWP_DTYPES if category == "lowp" or lowp_name else (torch.float32,)
 
 
 def _is_not_implemented(err: Exception) -> bool:
@@ -84,7 +86,7 @@ def test_problem(path: Path):
     torch.manual_seed(0)
     model = ns["Model"](*init_inputs)
 
-    expected = _expected_dtypes(category)
+    expected = _expected_dtypes(category, path)
     for pname, p in model.named_parameters():
         if p.is_floating_point():
             assert p.dtype in expected, f"{rel}: parameter {pname} is {p.dtype}, expected one of {expected}"
@@ -98,7 +100,7 @@ def test_problem(path: Path):
         assert t.device.type == "cpu", f"{rel}: get_inputs()[{i}] is on {t.device}, not the CPU"
         assert t.dtype in expected, f"{rel}: get_inputs()[{i}] is {t.dtype}, expected one of {expected}"
         assert t.numel() > 0 and bool(t.any()), f"{rel}: get_inputs()[{i}] is all zeros"
-    if category == "lowp":
+    if expected == LOWP_DTYPES:
         assert len({t.dtype for t in inputs}) == 1, f"{rel}: lowp inputs mix dtypes"
 
     n_elements = sum(t.numel() for t in inputs)
@@ -107,7 +109,7 @@ def test_problem(path: Path):
             with torch.no_grad():
                 out = model(*inputs)
         except (RuntimeError, NotImplementedError) as e:
-            if category == "lowp" and _is_not_implemented(e):
+            if expected == LOWP_DTYPES and _is_not_implemented(e):
                 pytest.skip(f"{rel}: forward not implemented on CPU for {inputs[0].dtype}: {str(e)[:120]}")
             raise
         assert isinstance(out, torch.Tensor), f"{rel}: forward returned {type(out).__name__}, not a tensor"

@@ -10,6 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
+from torchweld.capture_norm import anchor_nodes
 from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref
 
 
@@ -181,6 +182,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None) -> 
     nodes: list[Node] = []
     placeholders = 0
     outputs, single = (), True
+    tuples: set[torch.fx.Node] = set()  # norms converted to one IR node: getitem 0 is that node
 
     def meta(n):
         val = n.meta.get("val")
@@ -218,6 +220,10 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None) -> 
         shape, dtype = meta(n)
         name = f"v{len(nodes)}"
         origin = _origin(n, filename)
+        if n.target is operator.getitem and n.args[0] in tuples:
+            if n.args[1] == 0:  # a converted norm's output; its saved statistics are unused
+                names[n] = names[n.args[0]]
+            continue
         if n.target is operator.getitem:
             node = Node(name, "getitem", (Ref(names[n.args[0]]), n.args[1]), shape, dtype, origin=origin)
         else:
@@ -225,7 +231,18 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None) -> 
             if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and meta(n.args[0]) == (shape, dtype):
                 names[n] = names[n.args[0]]
                 continue
-            node = _pointwise(n, packet, name, shape, dtype, names, origin) or Node(
+            node = _pointwise(n, packet, name, shape, dtype, names, origin)
+            made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
+            if made is not None:
+                for m in made[:-1]:
+                    nodes.append(m)
+                node = made[-1]
+                names[n] = node.name
+                nodes.append(node)
+                if isinstance(n.meta.get("val"), (tuple, list)):
+                    tuples.add(n)
+                continue
+            node = node or Node(
                 name, "aten", _to_ir_arg(tuple(n.args), names), shape, dtype, target=str(n.target),
                 attrs=tuple(sorted((k, _to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
         names[n] = name

@@ -130,8 +130,35 @@ def _flat(args):
             yield a
 
 
+def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
+    """Like `_wrapper`, for a reduce kernel: outputs take their own shapes; no vector build."""
+    nodes = graph.by_name()
+    params = ", ".join(f"a_{a}" for a in k.inputs)
+    one = "," if len(k.inputs) == 1 else ""
+    specs = ", ".join(f"(torch.{nodes[a].dtype}, {tuple(nodes[a].shape)!r}, {_stride_spec(nodes[a])!r})"
+                      for a in k.inputs)
+    anchor = nodes[k.anchor]
+    lines = [
+        f"def _{k.name}({params}):",
+        f'    """{k.name}: {anchor.op} with {len(k.nodes) - 1} fused pointwise ops; see its CUDA source above."""',
+        f"    ({params}{one}) = _tw_check({k.name!r}, ({params}{one}), ({specs}{one}))",
+        f"    dev = a_{k.inputs[0]}.device",
+    ]
+    if anchor.op == "batch_norm":  # NOTE: the kernel updates the running statistics in place
+        lines.append(f"    assert a_{anchor.args[3]}.is_contiguous() and a_{anchor.args[4]}.is_contiguous()")
+    for o in k.outputs:
+        lines.append(f"    out_{o} = torch.empty({tuple(nodes[o].shape)!r}, dtype=torch.{nodes[o].dtype}, device=dev)")
+    ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
+    lines.append(f"    _tw_launch({k.name!r}, _LIB.tw_launch_{k.name}({', '.join(ptrs)}, 0, _tw_stream(dev)))")
+    outs = ", ".join(f"out_{o}" for o in k.outputs)
+    lines.append(f"    return {outs}{',' if len(k.outputs) == 1 else ''}")
+    return "\n".join(lines)
+
+
 def _wrapper(k: Kernel, graph: Graph) -> str:
     """The Python function that checks inputs, allocates outputs and launches one kernel."""
+    if k.kind == "reduce":
+        return _reduce_wrapper(k, graph)
     nodes = graph.by_name()
     ops = operands(k, graph)
     vec = vector_width(k, graph)
@@ -174,10 +201,17 @@ def _header(plan: Plan, problem_name: str) -> str:
     library = [n for n in lib if n.target in LIBRARY]
     other = [n for n in lib if n.target not in LIBRARY]
     fused = sum(len(k.nodes) for k in plan.kernels)
+    reduce = [k for k in plan.kernels if k.kind == "reduce"]
+    what = f"{fused} ops ({len(reduce)} reductions/norms with their pointwise neighbours)" if reduce else (
+        f"{fused} pointwise ops")
     lines = [f"torchweld: ModelNew for {problem_name}.", "",
-             f"Fused: {fused} pointwise ops into {len(plan.kernels)} CUDA kernel(s):"]
+             f"Fused: {what} into {len(plan.kernels)} CUDA kernel(s):"]
     for k in plan.kernels:
         ops = ", ".join(nodes[m].op for m in k.nodes)
+        if k.kind == "reduce":
+            lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, "
+                         f"{'one pass' if nodes[k.anchor].op in ('sum', 'mean', 'amax', 'amin', 'logsumexp') else 'two reads, one write'})")
+            continue
         lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
     if library:
         lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")

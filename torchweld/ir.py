@@ -24,6 +24,12 @@ LIBRARY = frozenset({
     "aten.convolution.default", "aten.mm.default", "aten.bmm.default", "aten.addmm.default",
     "aten.baddbmm.default", "aten.addbmm.default", "aten.matmul.default",
 })
+# Row reductions, softmax and norms: each anchors one kernel of kind "reduce" (codegen/reduce.py)
+# that may also hold a pointwise prologue (recomputed per read) and epilogue (on its result).
+REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
+ROWWISE = frozenset({"softmax", "log_softmax"})
+NORM = frozenset({"layer_norm", "group_norm", "batch_norm"})
+ANCHORS = REDUCTION | ROWWISE | NORM
 LEAVES = frozenset({"input", "param"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
@@ -49,6 +55,10 @@ class Node:
     @property
     def is_pointwise(self) -> bool:
         return self.op in POINTWISE
+
+    @property
+    def is_anchor(self) -> bool:
+        return self.op in ANCHORS
 
     def attr(self, key, default=None):
         return dict(self.attrs).get(key, default)
@@ -167,3 +177,24 @@ def broadcasts_to(small: tuple, big: tuple) -> bool:
         return broadcast_shape(small, big) == tuple(big)
     except ValueError:
         return False
+
+
+def reduce_geometry(n: Node, in_shape: tuple) -> tuple[int, int, int] | None:
+    """(outer, reduced, inner) sizes of an anchor's input seen as [O, R, I], reducing over R.
+
+    None where the reduced dims are not one run in memory order (size-1 dims aside). batch_norm
+    reduces over N and H*W and keeps C: its triple is (N, C, H*W) with C kept.
+    """
+    if n.op == "group_norm":
+        groups = n.attr("groups")
+        return in_shape[0] * groups, prod(in_shape[1:]) // groups, 1
+    if n.op == "batch_norm":
+        return in_shape[0], in_shape[1], prod(in_shape[2:])
+    dims = n.attr("dims")
+    big = [d for d in dims if in_shape[d] != 1] or list(dims[:1])
+    if not big:
+        return 1, 1, prod(in_shape)
+    lo, hi = min(big), max(big)
+    if any(in_shape[d] != 1 and d not in dims for d in range(lo, hi + 1)):
+        return None
+    return prod(in_shape[:lo]), prod(in_shape[d] for d in dims), prod(in_shape[hi + 1:])

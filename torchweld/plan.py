@@ -1,14 +1,16 @@
-"""Plan: partition the graph into library calls and fused pointwise kernels.
+"""Plan: partition the graph into library calls and fused kernels.
 
 A generic partitioner (union of producer/consumer pairs, kept acyclic) driven by one policy,
 `can_fuse`. Pointwise values of a smaller, broadcast shape (a bias times two) are recomputed
-inside the kernel that reads them instead of being written out.
+inside the kernel that reads them instead of being written out. Each reduction, softmax or norm
+(an anchor) then becomes a kernel of kind "reduce" that takes in the pointwise group producing
+its input (a prologue, recomputed per read) and the groups consuming its result (an epilogue).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchweld.ir import COMPARISONS, FLOAT_DTYPES, Graph, Node, Ref, broadcasts_to
+from torchweld.ir import COMPARISONS, FLOAT_DTYPES, Graph, Node, REDUCTION, Ref, broadcasts_to, reduce_geometry
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
 NEVER_FUSED = frozenset({"input", "param", "aten", "getitem"})
@@ -22,7 +24,9 @@ class Kernel:
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input
+    kind: str = "pointwise"  # or "reduce": one anchor with its prologue and epilogue
+    anchor: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,11 +101,14 @@ def plan(graph: Graph) -> Plan:
             if a in nodes and can_fuse(nodes[a], n):
                 g.merge(a, n.name)
     _inline_broadcast_groups(g)
+    for n in graph.nodes:
+        if n.is_anchor:
+            _attach(g, n)
     kernels, unit_of = [], {}
     roots = []
     for n in graph.nodes:
         r = g.find(n.name)
-        if fusible(n) and r not in roots:
+        if (fusible(n) or n.is_anchor) and r not in roots:
             roots.append(r)
     for r in roots:
         members = [n.name for n in graph.nodes if g.find(n.name) == r]
@@ -133,9 +140,37 @@ def _inline_broadcast_groups(g: _Groups) -> None:
                 break
 
 
+def _attach(g: _Groups, anchor: Node) -> None:
+    """Merge an anchor with the groups reading its result, then with the group making its input."""
+    nodes, users = g.nodes, g.users
+    full = anchor.op in ("softmax", "log_softmax", "layer_norm", "group_norm", "batch_norm")
+    for u in dict.fromkeys(users[anchor.name]):
+        if u == "<output>" or not fusible(nodes[u]):
+            continue
+        group = g.members(g.find(u))
+        if any(nodes[m].is_anchor for m in group) or not all(
+                broadcasts_to(nodes[m].shape, anchor.shape) for m in group):
+            continue
+        g.merge(anchor.name, u)
+    x = anchor.args[0]
+    if not isinstance(x, Ref) or x not in nodes or not fusible(nodes[x]):
+        return
+    prologue = g.members(g.find(x))
+    mine = g.members(g.find(anchor.name))
+    readers_ok = set(prologue) | {anchor.name} | ((mine - {anchor.name}) if full else set())
+    if any(nodes[m].is_anchor for m in prologue):
+        return
+    if all(broadcasts_to(nodes[m].shape, nodes[x].shape) for m in prologue) and all(
+            u in readers_ok for m in prologue for u in users[m]):
+        g.merge(anchor.name, x)
+
+
 def _kernel(name: str, members: list[str], graph: Graph, g: _Groups) -> Kernel | None:
     nodes = g.nodes
     member_set = set(members)
+    anchors = [m for m in members if nodes[m].is_anchor]
+    if anchors:
+        return _reduce_kernel(name, members, anchors[0], graph, g)
     shape = max((nodes[m].shape for m in members), key=lambda s: (_numel(s), len(s)))
     if _numel(shape) == 0:
         return None
@@ -148,6 +183,36 @@ def _kernel(name: str, members: list[str], graph: Graph, g: _Groups) -> Kernel |
     if any(nodes[o].shape != shape for o in outputs):
         return None  # a smaller value is needed elsewhere: leave this group to PyTorch
     return Kernel(name, tuple(members), tuple(inputs), outputs, shape)
+
+
+def _reduce_kernel(name: str, members: list[str], anchor: str, graph: Graph, g: _Groups) -> Kernel | None:
+    nodes = g.nodes
+    member_set = set(members)
+    a = nodes[anchor]
+    x = nodes[a.args[0]]
+    if reduce_geometry(a, x.shape) is None:
+        return None
+    inputs: list[str] = []
+    for m in members:
+        for r in nodes[m].inputs():
+            if r not in member_set and r not in inputs:
+                inputs.append(r)
+    outputs = tuple(m for m in members if any(u not in member_set for u in g.users[m]))
+    before = ancestors_in(anchor, member_set, nodes)
+    if a.op in REDUCTION and any(r in before for m in member_set - before - {anchor} for r in nodes[m].inputs()):
+        return None  # an epilogue at the reduced shape cannot read a value of the full shape
+    return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor)
+
+
+def ancestors_in(name: str, members: set[str], nodes: dict[str, Node]) -> set[str]:
+    """Members that `name` depends on: a reduce kernel's prologue."""
+    out, stack = set(), [name]
+    while stack:
+        for r in nodes[stack.pop()].inputs():
+            if r in members and r not in out:
+                out.add(r)
+                stack.append(r)
+    return out
 
 
 def _numel(shape) -> int:

@@ -241,4 +241,8 @@ def _blocks(count: int) -> str:
 
 def module_source(kernels: list[Kernel], graph: Graph) -> str:
     """The whole `.cu` file: prelude, then every kernel with its launcher."""
-    return PRELUDE + "\n" + "\n".join(kernel_source(k, graph) for k in kernels)
+    from torchweld.codegen.reduce import REDUCE_PRELUDE, reduce_source
+
+    prelude = PRELUDE + (REDUCE_PRELUDE if any(k.kind == "reduce" for k in kernels) else "")
+    return prelude + "\n" + "\n".join(
+        reduce_source(k, graph) if k.kind == "reduce" else kernel_source(k, graph) for k in kernels)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from torchweld.ir import Node
+from torchweld.ir import ANCHORS, Node
 
 # float-typed libm names; the double versions drop the trailing "f".
 _LIBM = {
@@ -145,4 +145,21 @@ def torch_expr(n: Node, args: list[str]) -> str:
         return f"torch.ops.aten.elu({x}, {n.attr('alpha')!r}, {n.attr('scale')!r}, {n.attr('input_scale')!r})"
     if op == "softplus":
         return f"F.softplus({x}, {n.attr('beta')!r}, {n.attr('threshold')!r})"
+    if op in ANCHORS:
+        return _anchor_expr(n, args)
     return f"torch.{op}({x})"
+
+
+def _anchor_expr(n: Node, args: list[str]) -> str:
+    """Reductions, softmax and norms as the PyTorch calls they were captured from."""
+    x, dims = args[0], list(n.attr("dims", ()))
+    if n.op in ("sum", "mean", "amax", "amin", "logsumexp"):
+        return f"torch.{n.op}({x}, {dims!r}, keepdim={n.attr('keepdim')!r})"
+    if n.op in ("softmax", "log_softmax"):
+        return f"torch.{n.op}({x}, {dims[0]})"
+    w, b = args[1], args[2]
+    if n.op == "layer_norm":
+        return f"F.layer_norm({x}, {x}.shape[{dims[0]}:], {w}, {b}, {n.attr('eps')!r})"
+    if n.op == "group_norm":
+        return f"F.group_norm({x}, {n.attr('groups')!r}, {w}, {b}, {n.attr('eps')!r})"
+    return f"F.batch_norm({x}, {args[3]}, {args[4]}, {w}, {b}, True, {n.attr('momentum')!r}, {n.attr('eps')!r})"

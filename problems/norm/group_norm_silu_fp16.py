@@ -1,0 +1,29 @@
+"""fp16: Conv2d, GroupNorm with 16 groups, SiLU."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, groups):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1).half()
+        self.norm = nn.GroupNorm(groups, out_channels).half()
+
+    def forward(self, x):
+        return F.silu(self.norm(self.conv(x)))
+
+
+batch_size = 16
+in_channels = 32
+out_channels = 64
+height = width = 64
+groups = 16
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, groups]

@@ -1,0 +1,105 @@
+"""On a GPU: reduce kernels against eager on NaN/inf rows, and training-mode batch norm's running
+statistics (a ModelNew must leave its buffers as the reference leaves its own)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchweld.pipeline import compile_problem
+from torchweld.problem import load_module, load_problem
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+ROOT = Path(__file__).resolve().parents[2]
+BN_PROBLEMS = sorted(p for p in (ROOT / "problems" / "norm").glob("*batchnorm*.py"))
+
+SOURCE = '''"""{expr}"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn({rows}, {cols})]
+
+
+def get_init_inputs():
+    return []
+'''
+EXPRS = {
+    "softmax": "torch.softmax(x * 2.0, dim=-1) + 1.0",
+    "log_softmax": "F.log_softmax(x, dim=-1)",
+    "softmax_dim0": "torch.softmax(x, dim=0)",
+    "logsumexp": "torch.logsumexp(x, dim=-1)",
+    "amax": "torch.amax(x, dim=-1)",
+    "amin": "torch.amin(x, dim=0)",
+    "sum": "torch.sum(x, dim=-1)",
+    "mean": "torch.mean(x, dim=0)",
+    "layer_norm": "F.layer_norm(x, (x.shape[-1],))",
+}
+
+
+def _special_rows(rows: int, cols: int) -> torch.Tensor:
+    x = torch.randn(rows, cols)
+    inf, nan = float("inf"), float("nan")
+    x[0] = -inf  # a row of -inf
+    x[1, 3] = inf  # one +inf
+    x[2, 5] = nan  # one NaN
+    x[3, ::2] = -inf  # -inf among finite values
+    x[4, 1], x[4, 6] = inf, inf  # two +inf
+    x[5, 0] = -inf  # -inf first
+    x[6] = inf  # a row of +inf
+    return x
+
+
+def _build(tmp_path, name: str, source: str):
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    out = tmp_path / f"{name}_new.py"
+    out.write_text(compile_problem(load_problem(path)).source)
+    return load_module(out, out.read_text(), prefix="tw_reduce_gpu").ModelNew()
+
+
+@pytest.mark.parametrize("name", sorted(EXPRS))
+@pytest.mark.parametrize("cols", [37, 1024])
+def test_special_values_match_eager(name, cols, tmp_path):
+    rows = 64
+    model = _build(tmp_path, f"{name}_{cols}", SOURCE.format(expr=EXPRS[name], rows=rows, cols=cols)).cuda()
+    x = _special_rows(rows, cols).cuda()
+    with torch.no_grad():
+        got = model(x)
+        want = model._tw_general(x)
+    torch.cuda.synchronize()
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4, equal_nan=True), (got - want).abs().nan_to_num(0).max()
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+
+
+@pytest.mark.parametrize("problem", BN_PROBLEMS, ids=lambda p: p.stem)
+def test_batch_norm_running_stats(problem, tmp_path):
+    prob = load_problem(problem)
+    out = tmp_path / "new.py"
+    out.write_text(compile_problem(prob).source)
+    module = load_module(out, out.read_text(), prefix="tw_bn_gpu")
+    ref = prob.build_model(seed=0).cuda()
+    torch.manual_seed(0)
+    new = module.ModelNew(*prob.init_inputs()).cuda()
+    new.load_state_dict(ref.state_dict())
+    for step in range(2):
+        torch.manual_seed(50 + step)
+        inputs = [t.cuda() for t in prob.inputs()]
+        with torch.no_grad():
+            want = ref(*[t.clone() for t in inputs])
+            got = new(*[t.clone() for t in inputs])
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    for (name, a), b in zip(ref.state_dict().items(), new.state_dict().values()):
+        assert torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4), name

@@ -1,0 +1,125 @@
+"""Capture of reductions, softmax and norms: aten calls -> the IR's anchor ops (ir.ANCHORS).
+
+A call becomes an anchor only where the reduction kernel handles it exactly (float data, the
+reduced dims one run in memory, unused saved statistics); anything else stays an aten call.
+Eval-mode batch norm is pointwise: it becomes `(x - mean) * (weight * rsqrt(var + eps)) + bias`.
+"""
+from __future__ import annotations
+
+import torch
+
+from torchweld.ir import Node, Ref, reduce_geometry
+
+KERNEL_DTYPES = ("float32", "float16", "bfloat16")
+_REDUCE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "logsumexp": "logsumexp"}
+
+
+def _val(a):
+    return a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+
+
+def _tensor_meta(v):
+    return tuple(int(s) for s in v.shape), str(v.dtype).removeprefix("torch."), tuple(int(s) for s in v.stride())
+
+
+def _dims(dims, ndim: int) -> tuple[int, ...]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(range(ndim))  # NOTE: aten's empty dim list means every dim
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return tuple(sorted({d % ndim for d in dims}))
+
+
+def _only_output0_used(n) -> bool:
+    """A tuple-returning norm whose saved mean/rstd nobody reads."""
+    return all(u.args[1] == 0 or not u.users for u in n.users)
+
+
+def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[Node] | None:
+    """The IR nodes for fx node `n` (the last one is its value), or None to keep the aten call."""
+    val = _val(n)
+    out = val[0] if isinstance(val, (tuple, list)) else val
+    x = n.args[0] if n.args else None
+    xv = _val(x)
+    if not isinstance(out, torch.Tensor) or not isinstance(xv, torch.Tensor) or xv.dim() == 0:
+        return None
+    shape, dtype, stride = _tensor_meta(out)
+    if dtype not in KERNEL_DTYPES or str(xv.dtype).removeprefix("torch.") != dtype:
+        return None
+    a, k = list(n.args), dict(n.kwargs)
+    target = str(n.target)
+    ref = lambda v: Ref(names[v]) if isinstance(v, torch.fx.Node) else None  # noqa: E731
+
+    def make(op, args, **attrs):
+        node = Node(name, op, tuple(args), shape, dtype, attrs=tuple(sorted(attrs.items())), origin=origin,
+                    stride=stride)
+        return [node] if reduce_geometry(node, tuple(xv.shape)) is not None else None
+
+    if packet in _REDUCE and target in (f"aten.{packet}.dim_IntList", f"aten.{packet}.dim", f"aten.{packet}.default"):
+        if k.get("dtype") is not None or (packet in ("sum", "mean") and target.endswith(".default") and len(a) > 1):
+            return None
+        dims = a[1] if len(a) > 1 else k.get("dim")
+        keep = bool(a[2] if len(a) > 2 else k.get("keepdim", False))
+        return make(packet, [ref(x)], dims=_dims(dims, xv.dim()), keepdim=keep)
+    if target in ("aten._softmax.default", "aten._log_softmax.default") and not a[2]:
+        return make(packet.lstrip("_"), [ref(x)], dims=_dims(a[1], xv.dim()))
+    if target == "aten.native_layer_norm.default" and _only_output0_used(n):
+        nd = len(a[1])
+        if not _affine_ok(a[2], a[3], tuple(a[1])):
+            return None
+        return make("layer_norm", [ref(x), ref(a[2]), ref(a[3])], dims=tuple(range(xv.dim() - nd, xv.dim())),
+                    eps=float(a[4]))
+    if target == "aten.native_group_norm.default" and _only_output0_used(n):
+        if not _affine_ok(a[1], a[2], (int(a[4]),)):
+            return None
+        return make("group_norm", [ref(x), ref(a[1]), ref(a[2])], groups=int(a[6]), eps=float(a[7]))
+    if target == "aten.native_batch_norm.default" and _only_output0_used(n) and xv.dim() >= 2:
+        w, b, rm, rv, training, momentum, eps = a[1:8]
+        if not _affine_ok(w, b, (xv.shape[1],)):
+            return None
+        if not training and dtype == "float32" and all(_is_f32_vec(v, xv.shape[1]) for v in (rm, rv)):
+            return _batch_norm_eval(name, ref(x), ref(w), ref(b), ref(rm), ref(rv), float(eps), xv, shape,
+                                    stride, origin)
+        if training and isinstance(momentum, float) and all(_is_f32_vec(v, xv.shape[1]) for v in (rm, rv)):
+            return make("batch_norm", [ref(x), ref(w), ref(b), ref(rm), ref(rv)], momentum=momentum, eps=float(eps))
+    return None
+
+
+def _is_f32_vec(v, size: int) -> bool:
+    t = _val(v)
+    return isinstance(t, torch.Tensor) and tuple(t.shape) == (size,) and t.dtype == torch.float32
+
+
+def _affine_ok(w, b, shape: tuple) -> bool:
+    """Weight and bias are absent or contiguous tensors of the normalised shape."""
+    for v in (w, b):
+        if v is None:
+            continue
+        t = _val(v)
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape) or not t.is_contiguous():
+            return False
+    return True
+
+
+def _batch_norm_eval(name, x, w, b, rm, rv, eps, xv, shape, stride, origin) -> list[Node]:
+    """Running statistics make batch norm pointwise, with per-channel operands viewed as (C, 1, ...)."""
+    c = int(xv.shape[1])
+    cshape = (c,) + (1,) * (xv.dim() - 2)
+    nodes: list[Node] = []
+
+    def node(op, args, shape_=cshape, dtype_="float32", target=""):
+        nodes.append(Node(f"{name}_{len(nodes)}", op, tuple(args), shape_, dtype_, target=target, origin=origin))
+        return Ref(nodes[-1].name)
+
+    def view(v):
+        return node("aten", [v, list(cshape)], target="aten.view.default")
+
+    # NOTE: ATen's eval kernel computes (x - mean) * (invstd * weight) + bias, all fp32 here.
+    scale = node("rsqrt", [node("add", [view(rv), eps])])
+    if w is not None:
+        scale = node("mul", [scale, view(w)])
+    y = node("mul", [node("sub", [x, view(rm)], tuple(shape)), scale], tuple(shape))
+    if b is not None:
+        y = node("add", [y, view(b)], tuple(shape))
+    last = nodes[-1]
+    nodes[-1] = Node(name, last.op, last.args, last.shape, last.dtype, origin=origin, stride=stride)
+    return nodes

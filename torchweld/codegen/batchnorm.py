@@ -1,0 +1,64 @@
+"""CUDA source for training-mode batch norm: batch statistics per channel, running stats updated.
+
+One block per channel reads its N x (H*W) elements (coalesced along H*W) for shifted sums, then
+again to write the normalised values through the epilogue. Thread 0 updates the running
+statistics in place as PyTorch does: `running = (1 - momentum) * running + momentum * stat`,
+with the unbiased variance for running_var and the biased one for normalising.
+"""
+from __future__ import annotations
+
+from math import prod
+
+from torchweld.codegen.kernel import STORAGE
+from torchweld.codegen.ops import lit
+from torchweld.ir import Ref
+from torchweld.plan import Kernel, ancestors_in
+
+
+def batch_norm_source(k: Kernel, nodes) -> str:
+    from torchweld.codegen.reduce import _Stage, _assemble, _dedupe_loads
+
+    a = nodes[k.anchor]
+    x, w, b, rm, rv = a.args
+    N, C, HW = k.shape[0], k.shape[1], prod(k.shape[2:])
+    count = N * HW
+    nt = 1024 if C < 264 else 256
+    itype = "ull" if prod(k.shape) >= 2**31 else "u"
+    IT = "unsigned long long" if itype == "ull" else "unsigned int"
+    members = set(k.nodes)
+    pro_set = ancestors_in(k.anchor, members, nodes)
+    pro = [m for m in k.nodes if m in pro_set]
+    epi = [m for m in k.nodes if m not in pro_set and m != k.anchor]
+    st = _Stage(k, nodes, itype)
+    x_extra = (x,) if x in st.inputs else ()
+    red = f"0, {nt}, 1, {nt}, true"
+    f = lambda v: lit(v, "float")  # noqa: E731
+
+    def loop(body):
+        return ([f"  for (unsigned j = threadIdx.x; j < {count}u; j += {nt}u) {{",
+                 f"    const {IT} idx = (({IT})(j / {HW}u) * {C}u + c) * {HW}{itype} + j % {HW}u;"]
+                + ["    " + line for line in body] + ["  }"])
+
+    first = st.lines(pro, k.shape, "idx", x_extra)
+    B = ["  const unsigned c = blockIdx.x;",
+         "  float K, s1 = 0.0f, s2 = 0.0f;",
+         f"  {{ const {IT} idx = ({IT})c * {HW}{itype};"] + ["    " + line for line in first] + [f"    K = {x}; }}"]
+    B += loop(first + [f"const float d = {x} - K;", "s1 += d;", "s2 = fmaf(d, d, s2);"])
+    B += [f"  s1 = tw_block_reduce<{red}>(s1);", f"  s2 = tw_block_reduce<{red}>(s2);",
+          f"  const float dm = s1 * {f(1.0 / count)}, var0 = s2 * {f(1.0 / count)} - dm * dm;",
+          "  const float var = var0 < 0.0f ? 0.0f : var0, mean = K + dm;",
+          f"  const float rstd = rsqrtf(var + {f(a.attr('eps'))});",
+          "  if (threadIdx.x == 0) {",
+          f"    in_{rm}[c] = {f(1 - a.attr('momentum'))} * in_{rm}[c] + {f(a.attr('momentum'))} * mean;",
+          f"    in_{rv}[c] = {f(1 - a.attr('momentum'))} * in_{rv}[c] + {f(a.attr('momentum'))} * (var * {f(count / max(count - 1, 1))});",
+          "  }"]
+    expr = f"({x} - mean) * rstd"
+    if isinstance(w, Ref):
+        expr = f"({expr}) * tw_ld(in_{w}[c])"
+    if isinstance(b, Ref):
+        expr = f"({expr}) + tw_ld(in_{b}[c])"
+    body = st.lines(pro, k.shape, "idx", x_extra) + [f"const float {a.name} = {expr};"] + st.lines(epi, k.shape, "idx")
+    body += [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs]
+    B += loop(_dedupe_loads(body))
+    return _assemble(k, nodes, B, nt, C, mutable=(rm, rv))
+
