@@ -93,3 +93,10 @@ def test_gcc_unicode_quotes():
            "Error building extension 'conv_transpose3d_cuda'")
     ext, errors, names = summarize_build_log(log)
     assert names == ["conv_transpose3d_forward"] and errors[0].startswith("main.cpp:6: error:")
+
+
+def test_failure_points_at_the_candidate_line(tmp_path):
+    with pytest.raises(BuildError) as e:
+        import_candidate(tmp_path / "c.py", "import torch\n\nx = {}['missing']\n", tmp_path / "log")
+    assert "KeyError" in e.value.message
+    assert "candidate line 3: x = {}['missing']" in e.value.details

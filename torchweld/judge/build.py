@@ -95,7 +95,12 @@ def summarize_build_log(text: str) -> tuple[str | None, list[str], list[str]]:
     return (ext.group(1) if ext else None), errors[:5], names[:5]
 
 
-def build_failure(exc: BaseException, log_text: str, seconds: float) -> BuildError:
+def _source_line(source: str, lineno: int | None) -> str:
+    lines = source.splitlines()
+    return lines[lineno - 1].strip() if lineno and 0 < lineno <= len(lines) else ""
+
+
+def build_failure(exc: BaseException, log_text: str, seconds: float, path: str = "", source: str = "") -> BuildError:
     """A short BuildError from an import exception plus everything the build printed."""
     text = f"{log_text}\n{exc}"
     ext, errors, names = summarize_build_log(text)
@@ -107,10 +112,10 @@ def build_failure(exc: BaseException, log_text: str, seconds: float) -> BuildErr
     else:
         last = str(exc).strip().splitlines()
         msg = f"import failed: {type(exc).__name__}: {last[0] if last else ''}"[:400]
-    tb = [ln for ln in traceback.format_exception(type(exc), exc, exc.__traceback__) if "<candidate>" in ln or
-          "candidate" in ln][-3:]
+    # Where in the candidate it failed: its own frames only, innermost last.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if path and f.filename == path][-2:]
     details = errors[1:] + ([f"undeclared or missing: {', '.join(names)}"] if names else []) + [
-        t.strip().replace("\n", " | ")[:300] for t in tb]
+        f"candidate line {f.lineno}: {_source_line(source, f.lineno) or (f.line or '').strip()}"[:250] for f in frames]
     return BuildError(msg, details, seconds)
 
 
@@ -133,7 +138,7 @@ def import_candidate(path: Path, source: str, log_path: Path):
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
         if isinstance(e, SyntaxError):
             raise BuildError(f"syntax error at line {e.lineno}: {e.msg}", [], time.perf_counter() - t0) from e
-        raise build_failure(e, log, time.perf_counter() - t0) from e
+        raise build_failure(e, log, time.perf_counter() - t0, str(path), source) from e
     seconds = time.perf_counter() - t0
     if not isinstance(getattr(module, "ModelNew", None), type):
         raise BuildError("the candidate defines no class ModelNew", [], seconds)

@@ -11,9 +11,6 @@ import statistics
 import sys
 from pathlib import Path
 
-# NOTE: the real clocks are captured before torch or the candidate can touch them.
-import time  # noqa: F401  (captured through guards.RealClocks)
-
 import torch
 
 from torchweld.judge import guards
@@ -43,7 +40,10 @@ def sanitize(x):
 
 
 class Worker:
+    """One judging run in this process; `r` is the result, saved after every stage."""
+
     def __init__(self, problem_path: str, source_path: str, opts: CheckOptions, result_path: str):
+        # NOTE: first thing, before any candidate code exists: the judge times with these, and checks them later.
         self.clocks = guards.RealClocks()
         self.problem_path, self.source_path, self.opts = Path(problem_path), Path(source_path), opts
         self.result_path = Path(result_path)
