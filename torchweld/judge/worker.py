@@ -67,6 +67,9 @@ class Worker:
         raise Stop
 
     def caught(self, cheats: list[dict], where: str):
+        notes = [c for c in cheats if not c.get("caught", True)]
+        self.r["details"] += [f"{c['check']}: {c['evidence']}" for c in notes]
+        cheats = [c for c in cheats if c.get("caught", True)]
         if cheats:
             self.r["cheats"] += cheats
             c = cheats[0]
