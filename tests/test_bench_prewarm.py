@@ -32,3 +32,14 @@ def test_rows_show_cold_times():
     assert (row.build_s, row.build_cold_s, row.compile_cold_s) == (0.3, 2.25, 31.5)
     (bare,) = rows([dict(result, prewarm=None)])
     assert bare.build_cold_s is None and bare.compile_cold_s is None
+
+
+def test_set_parses_judge_overrides():
+    from torchweld.bench.runner import parse_settings
+    from torchweld.bench.worker import make_options
+    from torchweld.judge.options import CheckOptions
+
+    pairs = parse_settings(["timing_min_s=0.5", "max_variants=6", "generalize=false", "tolerance=table"])
+    assert pairs == [("timing_min_s", 0.5), ("max_variants", 6), ("generalize", False), ("tolerance", "table")]
+    opts = make_options(CheckOptions, dict(pairs))
+    assert (opts.timing_min_s, opts.max_variants, opts.generalize, opts.tolerance) == (0.5, 6, False, "table")

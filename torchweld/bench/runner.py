@@ -37,6 +37,7 @@ class BenchOptions:
     filter: str | None = None
     command: str = ""
     prewarm: int = 0  # processes that build candidates and torch.compile caches before judging
+    judge: tuple = ()  # (name, value) overrides of the judge's CheckOptions, from --set
 
 
 def register(subparsers) -> None:
@@ -61,6 +62,8 @@ def register(subparsers) -> None:
     p.add_argument("--prewarm", type=int, default=0, metavar="N",
                    help="first build candidates and torch.compile caches in N parallel processes (cold times "
                         "are kept and reported; the judged compile times are then warm-cache times)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override one of the judge's options, e.g. --set timing_min_s=0.5 --set max_variants=6")
     p.add_argument("--report-only", type=Path, metavar="RESULTS_DIR",
                    help="re-render the reports from saved results and exit (no GPU needed)")
     p.set_defaults(func=run)
@@ -79,7 +82,7 @@ def run(args, console: Console | None = None) -> int:
         problems=args.dir, out=args.out or Path("out") / "bench" / args.dir.resolve().name,
         candidates=args.candidates, compile=bool(args.compile), gpus=args.gpus, resume=args.resume,
         timeout=args.timeout, filter=args.filter, command=shlex.join(["torchweld", *sys.argv[1:]]),
-        prewarm=args.prewarm,
+        prewarm=args.prewarm, judge=tuple(parse_settings(args.set)),
     )
     return run_bench(opts, console=console)
 
@@ -107,7 +110,7 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
     todo = [t for t in tasks if not (opts.resume and is_finished(out, t))]
     resumed = len(tasks) - len(todo)
     meta = run_meta(opts, out, slots, resumed)
-    job = Job(out=out, timeout=opts.timeout, check=check, compile_fn=compile_fn)
+    job = Job(out=out, timeout=opts.timeout, check=check, compile_fn=compile_fn, judge=opts.judge)
     _say(console, f"torchweld bench: {len(tasks)} problems, {len(todo)} to judge ({resumed} resumed), "
                   f"{len(slots)} worker(s); results in {out}")
     interrupted = False
@@ -130,6 +133,27 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
     written = write_reports(out, load_results(out), dict(meta, interrupted=interrupted))
     _print_written(console, written)
     return INTERRUPTED if interrupted else 0
+
+
+def parse_settings(items: list[str]) -> list[tuple[str, object]]:
+    """`NAME=VALUE` pairs with VALUE read as a number or boolean where it looks like one."""
+    out = []
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"torchweld bench: --set wants NAME=VALUE, got {item!r}")
+        value: object = text
+        if text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    continue
+        out.append((name.strip(), value))
+    return out
 
 
 def report_only(out: Path, console: Console) -> int:
@@ -188,6 +212,7 @@ def run_meta(opts: BenchOptions, out: Path, slots: list, resumed: int) -> dict:
         "filter": opts.filter,
         "resumed": resumed,
         "prewarm": opts.prewarm,
+        "judge_options": dict(opts.judge),
     }
 
 

@@ -34,6 +34,7 @@ class Job:
     timing: bool = True
     check: Callable | None = None  # None: torchweld.judge.check.check, imported in the worker
     compile_fn: Callable | None = None  # None: torchweld.pipeline.compile_file
+    judge: tuple = ()  # (name, value) overrides of the judge's options
 
 
 def blank_result(task: Task, outcome: str, message: str, details: list[str] | None = None) -> dict:
@@ -159,7 +160,7 @@ def one_line(e: BaseException) -> str:
 
 
 def _judge(job: Job):
-    wanted = {"timing": job.timing}
+    wanted = {"timing": job.timing, **dict(job.judge)}
     if job.timeout is not None:
         wanted["timeout"] = job.timeout
     if job.check is not None:
