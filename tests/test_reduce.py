@@ -170,3 +170,17 @@ def test_reduce_kernels_in_module_source():
     cu = module_source(list(result.plan.kernels), result.plan.graph)
     assert "tw_block_reduce" in cu and 'extern "C" int tw_launch_k0' in cu
     assert "rsqrtf(" in cu and "(o % 32u) * 4u + r / 4096u" in cu
+
+
+def test_batch_norm_mode_is_guarded():
+    """The kernels hold the captured mode of each batch norm; the other mode runs the original forward."""
+    train = compile_problem(load_problem(ROOT / "problems" / "norm" / "conv2d_batchnorm_relu.py")).source
+    assert "self.bn.training is not True" in train
+    ev = compile_problem(load_problem(ROOT / "problems" / "norm" / "conv2d_batchnorm_eval_relu6.py")).source
+    assert "self.bn.training is not False" in ev
+
+
+def test_batch_norm_with_little_hw_puts_channels_side_by_side():
+    result = compile_problem(load_problem(ROOT / "problems" / "norm" / "linear_batchnorm1d_train_tanh.py"))
+    cu = module_source(list(result.plan.kernels), result.plan.graph)
+    assert "tw_block_reduce<0, 256, 32, 8, false>" in cu and "const bool live = c < 1024u;" in cu

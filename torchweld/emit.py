@@ -92,6 +92,9 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
         [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype} or not {n.target}.is_cuda"
          for n in inputs]) or "False"
     arg_names = ", ".join(n.target for n in inputs)
+    modes = _norm_modes(graph)
+    if modes:
+        guard = " or ".join([guard] + [f"{m}.training is not {t}" for m, t in modes])
     body = [f"    def forward({signature}):",
             "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
             f"        if {guard}:",
@@ -120,6 +123,22 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
     outs = [names.expr(Ref(o)) for o in graph.outputs]
     body.append(f"        return {outs[0] if graph.single_output else '(' + ', '.join(outs) + ',)'}")
     return body
+
+
+def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
+    """(module, training) for each batch norm whose mode the captured graph depends on."""
+    out = []
+    for n in graph.nodes:
+        if n.op != "param" or n.target.split(".")[-1] != "running_mean":
+            continue
+        readers = [m for m in graph.nodes if n.name in m.inputs()]
+        if not readers:
+            continue
+        training = any(m.op == "batch_norm" or (m.target == "aten.native_batch_norm.default" and bool(m.args[5]))
+                       for m in readers)
+        path = n.target.rsplit(".", 1)[0] if "." in n.target else ""
+        out.append(("self" + (f".{path}" if path else ""), training))
+    return out
 
 
 def _flat(args):

@@ -22,7 +22,11 @@ def batch_norm_source(k: Kernel, nodes) -> str:
     x, w, b, rm, rv = a.args
     N, C, HW = k.shape[0], k.shape[1], prod(k.shape[2:])
     count = N * HW
-    nt = 1024 if C < 264 else 256
+    # NOTE: with little H*W a block reading one channel would stride by C; then a warp takes 32
+    # channels side by side (coalesced) and the block's rows of threads split the batch.
+    tx = 32 if HW < 8 else 1
+    nt = 1024 if C < 264 and tx == 1 else 256
+    ty = nt // tx
     itype = "ull" if prod(k.shape) >= 2**31 else "u"
     IT = "unsigned long long" if itype == "ull" else "unsigned int"
     members = set(k.nodes)
@@ -31,24 +35,25 @@ def batch_norm_source(k: Kernel, nodes) -> str:
     epi = [m for m in k.nodes if m not in pro_set and m != k.anchor]
     st = _Stage(k, nodes, itype)
     x_extra = (x,) if x in st.inputs else ()
-    red = f"0, {nt}, 1, {nt}, true"
+    red = f"0, {nt}, {tx}, {ty}, {'true' if tx == 1 else 'false'}"
     f = lambda v: lit(v, "float")  # noqa: E731
 
     def loop(body):
-        return ([f"  for (unsigned j = threadIdx.x; j < {count}u; j += {nt}u) {{",
+        return ([f"  if (live) for (unsigned j = ty; j < {count}u; j += {ty}u) {{",
                  f"    const {IT} idx = (({IT})(j / {HW}u) * {C}u + c) * {HW}{itype} + j % {HW}u;"]
                 + ["    " + line for line in body] + ["  }"])
 
     first = st.lines(pro, k.shape, "idx", x_extra)
-    B = ["  const unsigned c = blockIdx.x;",
-         "  float K, s1 = 0.0f, s2 = 0.0f;",
-         f"  {{ const {IT} idx = ({IT})c * {HW}{itype};"] + ["    " + line for line in first] + [f"    K = {x}; }}"]
+    B = [f"  const unsigned c = blockIdx.x * {tx}u + threadIdx.x % {tx}u, ty = threadIdx.x / {tx}u;",
+         f"  const bool live = c < {C}u;",
+         "  float K = 0.0f, s1 = 0.0f, s2 = 0.0f;",
+         f"  if (live) {{ const {IT} idx = ({IT})c * {HW}{itype};"] + ["    " + line for line in first] + [f"    K = {x}; }}"]
     B += loop(first + [f"const float d = {x} - K;", "s1 += d;", "s2 = fmaf(d, d, s2);"])
     B += [f"  s1 = tw_block_reduce<{red}>(s1);", f"  s2 = tw_block_reduce<{red}>(s2);",
           f"  const float dm = s1 * {f(1.0 / count)}, var0 = s2 * {f(1.0 / count)} - dm * dm;",
           "  const float var = var0 < 0.0f ? 0.0f : var0, mean = K + dm;",
           f"  const float rstd = rsqrtf(var + {f(a.attr('eps'))});",
-          "  if (threadIdx.x == 0) {",
+          "  if (live && ty == 0) {",
           f"    in_{rm}[c] = {f(1 - a.attr('momentum'))} * in_{rm}[c] + {f(a.attr('momentum'))} * mean;",
           f"    in_{rv}[c] = {f(1 - a.attr('momentum'))} * in_{rv}[c] + {f(a.attr('momentum'))} * (var * {f(count / max(count - 1, 1))});",
           "  }"]
@@ -60,5 +65,5 @@ def batch_norm_source(k: Kernel, nodes) -> str:
     body = st.lines(pro, k.shape, "idx", x_extra) + [f"const float {a.name} = {expr};"] + st.lines(epi, k.shape, "idx")
     body += [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs]
     B += loop(_dedupe_loads(body))
-    return _assemble(k, nodes, B, nt, C, mutable=(rm, rv))
+    return _assemble(k, nodes, B, nt, -(-C // tx), mutable=(rm, rv))
 
