@@ -33,11 +33,12 @@ def test_golden(stem, request):
 def test_seed000_file_says_what_it_does():
     src = _emit(SEEDS / "seed000_convt3d_bias_residual.py")
     assert src.startswith('"""torchweld: ModelNew for seed000')
-    assert "Fused: 2 pointwise ops into 1 CUDA kernel" in src
+    assert "Fused: 3 pointwise ops into 1 CUDA kernel" in src  # the conv's bias add, then two fmas
     assert "aten.convolution.default" in src and "In libraries" in src
     assert "load_inline" in src and "no_implicit_headers" in src
     assert "torch/extension.h" not in src  # the CUDA source is free of PyTorch headers
     assert "tw_vec<float, 4>" in src  # 16-byte vector loads and stores
+    assert "aten.convolution.default(x, self.conv_transpose.weight, None," in src  # bias joins the kernel
     assert "fmaf(v4, 2.0f, p0)" in src and "cudaGetLastError" in src
     assert "current_stream" in src
     assert "import torchweld" not in src and "from torchweld" not in src

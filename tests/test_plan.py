@@ -18,7 +18,7 @@ def test_conv_then_chain_is_one_kernel():
                 w=torch.randn(4, 3, 3, 3), b=torch.randn(4), bias=torch.randn(4, 1, 1))
     assert len(p.kernels) == 1
     k = p.kernels[0]
-    assert [p.graph.by_name()[m].op for m in k.nodes] == ["relu", "add"]
+    assert [p.graph.by_name()[m].op for m in k.nodes] == ["add", "relu", "add"]  # conv bias, relu, + bias
     assert k.shape == (2, 4, 6, 6)
 
 
@@ -89,4 +89,37 @@ def test_linear_chain():
     p = plan(simplify(capture(M(), [torch.randn(8, 16)])))
     assert len(p.kernels) == 1
     text = describe(p)
-    assert "aten.addmm.default" in text and "[library]" in text and "k0(" in text
+    assert "aten.mm.default" in text and "[library]" in text and "k0(" in text  # the bias joined k0
+
+
+def _targets(p):
+    return [n.target for n in p.graph.nodes if n.op == "aten"]
+
+
+def test_conv_bias_joins_the_kernel_only_when_a_kernel_follows():
+    x, w, b = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)
+    fused = kernels(lambda s, x: torch.relu(F.conv2d(x, s.w, s.b)), x, w=w, b=b)
+    conv = next(n for n in fused.graph.nodes if n.target == "aten.convolution.default")
+    assert conv.args[2] is None and any("fold_library_bias" in line for line in fused.graph.log)
+    alone = kernels(lambda s, x: F.conv2d(x, s.w, s.b), x, w=w, b=b)
+    conv = next(n for n in alone.graph.nodes if n.target == "aten.convolution.default")
+    assert conv.args[2] is not None and not alone.kernels
+
+
+def test_linear_bias_joins_the_kernel_through_views():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 32)
+
+        def forward(self, x):
+            return torch.sigmoid(self.fc(x))
+
+    from torchweld.capture import capture
+    from torchweld.plan import plan
+    from torchweld.simplify import simplify
+
+    for shape in [(8, 16), (2, 5, 16)]:
+        p = plan(simplify(capture(M(), [torch.randn(*shape)])))
+        assert "aten.addmm.default" not in _targets(p) and "aten.mm.default" in _targets(p)
+        assert len(p.kernels) == 1 and [p.graph.by_name()[m].op for m in p.kernels[0].nodes] == ["add", "sigmoid"]

@@ -31,10 +31,10 @@ def _kinds(p):
 
 
 def test_conv_softmax_channels_scale_is_one_reduce_kernel():
-    """conv -> softmax(dim=1) -> *2: the conv stays in cuDNN, `*2` is the softmax's epilogue."""
+    """conv -> softmax(dim=1) -> *2: the conv stays in cuDNN, its bias and `*2` join the softmax kernel."""
     p = kernels(lambda s, x: F.softmax(_conv(s, x), dim=1) * 2.0, torch.randn(2, 3, 8, 8),
                 w=torch.randn(4, 3, 3, 3), b=torch.randn(4))
-    assert _kinds(p) == [("reduce", "softmax", 2)]
+    assert _kinds(p) == [("reduce", "softmax", 3)]  # the conv's bias as prologue, softmax, then *2
     assert "aten.convolution.default" in describe(p)
 
 

@@ -10,6 +10,7 @@ import torch
 from torchweld.codegen.kernel import ITEMSIZE, is_contiguous, module_source, operands, vec_class, vector_width
 from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.ir import LIBRARY, Graph, Node, Ref, format_node
+from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
 from torchweld.runtime_template import RUNTIME
 
@@ -91,6 +92,8 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
     guard = " or ".join(
         [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype} or not {n.target}.is_cuda"
          for n in inputs]) or "False"
+    if inputs:  # NOTE: kernels launch on the current device, so the inputs must live there
+        guard += f" or {inputs[0].target}.get_device() != torch.cuda.current_device()"
     arg_names = ", ".join(n.target for n in inputs)
     modes = _norm_modes(graph)
     if modes:
@@ -149,18 +152,35 @@ def _flat(args):
             yield a
 
 
+def _prepare(kernel: str, names: list[str], nodes: dict) -> list[str]:
+    """Checks for a kernel's operands: parameters and forward inputs fully (the user may change them),
+    values made inside forward only for layout (their device, dtype and shape follow from the guard)."""
+    def leaf(n: Node) -> bool:  # a parameter seen through a view (a folded bias) is checked like one
+        source = nodes.get(n.args[0]) if n.op == "aten" and n.args and isinstance(n.args[0], Ref) else None
+        return n.op in ("param", "input") or (n.target in VIEWS and source is not None and source.op == "param")
+
+    leaves = [a for a in names if leaf(nodes[a])]
+    lines = []
+    if leaves:
+        specs = ", ".join(f"(torch.{nodes[a].dtype}, {tuple(nodes[a].shape)!r}, {_stride_spec(nodes[a])!r})"
+                          for a in leaves)
+        args = ", ".join(f"a_{a}" for a in leaves) + ("," if len(leaves) == 1 else "")
+        lines.append(f"    ({args}) = _tw_check({kernel!r}, ({args}), ({specs}{',' if len(leaves) == 1 else ''}))")
+    for a in names:
+        if a not in leaves:
+            lines.append(f"    a_{a} = _tw_layout(a_{a}, {tuple(nodes[a].shape)!r}, {_stride_spec(nodes[a])!r})")
+    return lines
+
+
 def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
     """Like `_wrapper`, for a reduce kernel: outputs take their own shapes; no vector build."""
     nodes = graph.by_name()
     params = ", ".join(f"a_{a}" for a in k.inputs)
-    one = "," if len(k.inputs) == 1 else ""
-    specs = ", ".join(f"(torch.{nodes[a].dtype}, {tuple(nodes[a].shape)!r}, {_stride_spec(nodes[a])!r})"
-                      for a in k.inputs)
     anchor = nodes[k.anchor]
     lines = [
         f"def _{k.name}({params}):",
         f'    """{k.name}: {anchor.op} with {len(k.nodes) - 1} fused pointwise ops; see its CUDA source above."""',
-        f"    ({params}{one}) = _tw_check({k.name!r}, ({params}{one}), ({specs}{one}))",
+        *_prepare(k.name, list(k.inputs), nodes),
         f"    dev = a_{k.inputs[0]}.device",
     ]
     if anchor.op == "batch_norm":  # NOTE: the kernel updates the running statistics in place
@@ -182,15 +202,13 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
     ops = operands(k, graph)
     vec = vector_width(k, graph)
     params = ", ".join(f"a_{o.name}" for o in ops)
-    specs = ", ".join(f"(torch.{o.dtype}, {tuple(nodes[o.name].shape)!r}, {_stride_spec(nodes[o.name])!r})"
-                      for o in ops)
     aligned = [f"a_{o.name}" for o in ops if vec > 1 and vec_class(o, vec) in ("full", "contig")]
     align = {f"a_{o.name}": ITEMSIZE[o.dtype] * vec for o in ops}
     outs = [(o, nodes[o].dtype) for o in k.outputs]
     lines = [
         f"def _{k.name}({params}):",
         f'    """{k.name}: {len(k.nodes)} fused ops over {tuple(k.shape)}; see its CUDA source above."""',
-        f"    ({params}{',' if len(ops) == 1 else ''}) = _tw_check({k.name!r}, ({params}{',' if len(ops) == 1 else ''}), ({specs}{',' if len(ops) == 1 else ''}))",
+        *_prepare(k.name, [o.name for o in ops], nodes),
         f"    dev = a_{ops[0].name}.device" if ops else "    dev = torch.device('cuda')",
     ]
     for o, dt in outs:
@@ -218,7 +236,9 @@ def _header(plan: Plan, problem_name: str) -> str:
     nodes = graph.by_name()
     lib = [nodes[s] for s in plan.steps if s in nodes and nodes[s].op == "aten"]
     library = [n for n in lib if n.target in LIBRARY]
-    other = [n for n in lib if n.target not in LIBRARY]
+    metadata_only = set(VIEWS) | {"aten.t.default", "aten.transpose.int", "aten.permute.default",
+                                  "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim"}
+    other = [n for n in lib if n.target not in LIBRARY and n.target not in metadata_only]
     fused = sum(len(k.nodes) for k in plan.kernels)
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
     what = f"{fused} ops ({len(reduce)} reductions/norms with their pointwise neighbours)" if reduce else (
@@ -236,7 +256,7 @@ def _header(plan: Plan, problem_name: str) -> str:
         lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")
         lines += [f"  {n.name} = {n.target}" for n in library]
     if other:
-        lines.append("Still in PyTorch (not fused by this version):")
+        lines.append("Still in PyTorch (not fused by this version; views, which move no data, not listed):")
         lines += [f"  {n.name} = {n.target}" for n in other]
     lines += ["", "Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled here.",
               "Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]

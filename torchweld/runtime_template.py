@@ -52,6 +52,15 @@ def _tw_check(kernel, tensors, specs):
     return out
 
 
+def _tw_layout(t, shape, stride):
+    """A value made inside forward, in the layout its kernel indexes (None: contiguous)."""
+    if stride is None:
+        return t if t.is_contiguous() else t.contiguous()
+    if any(n > 1 and a != b for n, a, b in zip(shape, t.stride(), stride)):
+        return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
+    return t
+
+
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 

@@ -163,8 +163,11 @@ def cse(graph: Graph) -> Graph:
 
 from torchweld.algebra import collect_linear  # noqa: E402  (uses the helpers above)
 
+from torchweld.epilogue import fold_library_bias  # noqa: E402
+
 PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("dead_code", dead_code),
+    ("fold_library_bias", fold_library_bias),
     ("canonical", lambda g: apply_rules(g, [_identity, _canonical], "rule")),
     ("cse", cse),
     ("collect_linear", collect_linear),

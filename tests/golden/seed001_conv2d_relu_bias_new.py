@@ -1,9 +1,9 @@
 """torchweld: ModelNew for seed001_conv2d_relu_bias.
 
-Fused: 2 pointwise ops into 1 CUDA kernel(s):
-  k0: relu, add  over (128, 128, 126, 126) (260,112,384 elements, one pass)
+Fused: 3 pointwise ops into 1 CUDA kernel(s):
+  k0: add, relu, add  over (128, 128, 126, 126) (260,112,384 elements, one pass)
 In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):
-  v4 = aten.convolution.default
+  v4_lib = aten.convolution.default
 
 Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled here.
 Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`).
@@ -52,10 +52,11 @@ template <typename S> __device__ __forceinline__ S tw_st(bool x) { return (S)x; 
 
 extern "C" const char* tw_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
 
-// k0: fuses 2 ops over (128, 128, 126, 126)
+// k0: fuses 3 ops over (128, 128, 126, 126)
+//   v4 = add(v4_lib, v4_bias)    <- line 13: x = self.conv(x)
 //   v5 = relu(v4)    <- line 14: x = torch.relu(x)
 //   v6 = add(v5, p0)    <- line 15: x = x + self.bias
-__global__ void __launch_bounds__(256) k0_v1(const float* __restrict__ in_v4, const float* __restrict__ in_p0, float* __restrict__ out_v6) {
+__global__ void __launch_bounds__(256) k0_v1(const float* __restrict__ in_v4_lib, const float* __restrict__ in_v4_bias, const float* __restrict__ in_p0, float* __restrict__ out_v6) {
   const unsigned int t = (unsigned int)blockIdx.x * 256u + threadIdx.x;
   if (t >= 260112384u) return;
   const unsigned int i0 = t * 1u;
@@ -63,8 +64,10 @@ __global__ void __launch_bounds__(256) k0_v1(const float* __restrict__ in_v4, co
 #pragma unroll
   for (int j = 0; j < 1; ++j) {
     const unsigned int i = i0 + j;
-    const auto v4 = tw_ld(in_v4[i]);
+    const auto v4_lib = tw_ld(in_v4_lib[i]);
+    const auto v4_bias = tw_ld(in_v4_bias[((i / 15876u) % 128u)]);
     const auto p0 = tw_ld(in_p0[((i / 15876u) % 128u)]);
+    const float v4 = (v4_lib + v4_bias);
     const float v5 = tw_max(v4, 0.0f);
     const float v6 = (v5 + p0);
     w_v6.v[j] = tw_st<float>(v6);
@@ -72,32 +75,35 @@ __global__ void __launch_bounds__(256) k0_v1(const float* __restrict__ in_v4, co
   *reinterpret_cast<tw_vec<float, 1>*>(out_v6 + i0) = w_v6;
 }
 
-__global__ void __launch_bounds__(256) k0_v4(const float* __restrict__ in_v4, const float* __restrict__ in_p0, float* __restrict__ out_v6) {
+__global__ void __launch_bounds__(256) k0_v4(const float* __restrict__ in_v4_lib, const float* __restrict__ in_v4_bias, const float* __restrict__ in_p0, float* __restrict__ out_v6) {
   const unsigned int t = (unsigned int)blockIdx.x * 256u + threadIdx.x;
   if (t >= 65028096u) return;
   const unsigned int i0 = t * 4u;
-  const tw_vec<float, 4> r_v4 = *reinterpret_cast<const tw_vec<float, 4>*>(in_v4 + i0);
+  const tw_vec<float, 4> r_v4_lib = *reinterpret_cast<const tw_vec<float, 4>*>(in_v4_lib + i0);
+  const auto r_v4_bias = tw_ld(in_v4_bias[((i0 / 15876u) % 128u)]);
   const auto r_p0 = tw_ld(in_p0[((i0 / 15876u) % 128u)]);
   tw_vec<float, 4> w_v6;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     (void)0;
-    const auto v4 = tw_ld(r_v4.v[j]);
+    const auto v4_lib = tw_ld(r_v4_lib.v[j]);
+    const auto v4_bias = r_v4_bias;
     const auto p0 = r_p0;
+    const float v4 = (v4_lib + v4_bias);
     const float v5 = tw_max(v4, 0.0f);
     const float v6 = (v5 + p0);
     w_v6.v[j] = tw_st<float>(v6);
   }
   *reinterpret_cast<tw_vec<float, 4>*>(out_v6 + i0) = w_v6;
 }
-extern "C" int tw_launch_k0(const void* in_v4, const void* in_p0, void* out_v6, int vec, void* stream) {
+extern "C" int tw_launch_k0(const void* in_v4_lib, const void* in_v4_bias, const void* in_p0, void* out_v6, int vec, void* stream) {
   cudaStream_t s = (cudaStream_t)stream;
-  if (vec) k0_v4<<<254016u, 256, 0, s>>>((const float*)in_v4, (const float*)in_p0, (float*)out_v6);
-  else k0_v1<<<1016064u, 256, 0, s>>>((const float*)in_v4, (const float*)in_p0, (float*)out_v6);
+  if (vec) k0_v4<<<254016u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v6);
+  else k0_v1<<<1016064u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v6);
   return (int)cudaGetLastError();
 }
 """
-_KERNEL_ARGS = {'k0': 3}
+_KERNEL_ARGS = {'k0': 4}
 
 def _tw_build():
     """Compile _CUDA_SRC once per content hash (load_inline caches it) and open it with ctypes."""
@@ -148,6 +154,15 @@ def _tw_check(kernel, tensors, specs):
     return out
 
 
+def _tw_layout(t, shape, stride):
+    """A value made inside forward, in the layout its kernel indexes (None: contiguous)."""
+    if stride is None:
+        return t if t.is_contiguous() else t.contiguous()
+    if any(n > 1 and a != b for n, a, b in zip(shape, t.stride(), stride)):
+        return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
+    return t
+
+
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
@@ -160,13 +175,14 @@ def _tw_launch(kernel, err):
     if err:
         raise RuntimeError(f"torchweld {kernel}: CUDA error {err}: {_LIB.tw_error_string(err).decode()}")
 
-def _k0(a_v4, a_p0):
-    """k0: 2 fused ops over (128, 128, 126, 126); see its CUDA source above."""
-    (a_v4, a_p0) = _tw_check('k0', (a_v4, a_p0), ((torch.float32, (128, 128, 126, 126), None), (torch.float32, (128, 1, 1), None)))
-    dev = a_v4.device
+def _k0(a_v4_lib, a_v4_bias, a_p0):
+    """k0: 3 fused ops over (128, 128, 126, 126); see its CUDA source above."""
+    (a_v4_bias, a_p0) = _tw_check('k0', (a_v4_bias, a_p0), ((torch.float32, (128, 1, 1), None), (torch.float32, (128, 1, 1), None)))
+    a_v4_lib = _tw_layout(a_v4_lib, (128, 128, 126, 126), None)
+    dev = a_v4_lib.device
     out_v6 = torch.empty((128, 128, 126, 126), dtype=torch.float32, device=dev)
-    vec = int(a_v4.data_ptr() % 16 == 0 and out_v6.data_ptr() % 16 == 0)
-    _tw_launch('k0', _LIB.tw_launch_k0(a_v4.data_ptr(), a_p0.data_ptr(), out_v6.data_ptr(), vec, _tw_stream(dev)))
+    vec = int(a_v4_lib.data_ptr() % 16 == 0 and out_v6.data_ptr() % 16 == 0)
+    _tw_launch('k0', _LIB.tw_launch_k0(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v6.data_ptr(), vec, _tw_stream(dev)))
     return out_v6,
 
 
@@ -178,10 +194,11 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.
-        if x.shape != (128, 64, 128, 128) or x.dtype != torch.float32 or not x.is_cuda:
+        if x.shape != (128, 64, 128, 128) or x.dtype != torch.float32 or not x.is_cuda or x.get_device() != torch.cuda.current_device():
             return self._tw_general(x)
-        v4 = torch.ops.aten.convolution.default(x, self.conv.weight, self.conv.bias, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)  # library
-        v6, = _k0(v4, self.bias)  # v5 = relu(v4); v6 = add(v5, p0)
+        v4_lib = torch.ops.aten.convolution.default(x, self.conv.weight, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)  # library
+        v4_bias = torch.ops.aten.view.default(self.conv.bias, [128, 1, 1])
+        v6, = _k0(v4_lib, v4_bias, self.bias)  # v4 = add(v4_lib, v4_bias); v5 = relu(v4); v6 = add(v5, p0)
         return v6
 
     # The original forward, for inputs the kernels were not built for.

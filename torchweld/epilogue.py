@@ -1,0 +1,75 @@
+"""Library epilogues: move a convolution's or addmm's bias into the fused kernel that follows.
+
+PyTorch adds a convolution's bias in a pass of its own after cuDNN, and `addmm` first copies the
+bias into the output for cuBLAS to accumulate onto. When only fusible ops read the result, the
+library call runs without bias and the add joins the next kernel: one pass over the output fewer.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from torchweld.ir import NORM, POINTWISE, REDUCTION, ROWWISE, Graph, Node, Ref
+
+FUSES_A_PROLOGUE = POINTWISE | REDUCTION | ROWWISE | NORM
+VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+
+
+def _readers_fuse(name: str, users: dict, nodes: dict) -> bool:
+    readers = users[name]
+    return bool(readers) and all(u != "<output>" and nodes[u].op in FUSES_A_PROLOGUE for u in readers)
+
+
+def _bias_view(root: Node, bias: Node, ndim: int, channel_dim: int) -> Node:
+    """`bias.view(C, 1, ..., 1)`: the bias aligned to the channel dim under right-aligned broadcasting."""
+    shape = (bias.shape[0],) + (1,) * (ndim - channel_dim - 1)
+    return Node(f"{root.name}_bias", "aten", (Ref(bias.name), list(shape)), shape, bias.dtype,
+                target="aten.view.default", origin=root.origin, stride=(1,) * len(shape))
+
+
+def fold_library_bias(graph: Graph) -> Graph:
+    nodes, users = graph.by_name(), graph.users()
+    out, log = [], []
+    moved: dict[str, list[Node]] = {}  # a view's name -> the bias add to place right after it
+    for n in graph.nodes:
+        if n.op == "aten" and n.target == "aten.convolution.default" and isinstance(n.args[2], Ref) \
+                and _readers_fuse(n.name, users, nodes) and n.dtype == nodes[n.args[2]].dtype:
+            lib = replace(n, name=f"{n.name}_lib", args=n.args[:2] + (None,) + n.args[3:])
+            view = _bias_view(n, nodes[n.args[2]], len(n.shape), 1)
+            out += [lib, view, replace(n, op="add", args=(Ref(lib.name), Ref(view.name)), target="", attrs=())]
+            log.append(f"fold_library_bias: {n.name} = convolution(bias=None) + {n.args[2]}  (bias joins the next kernel)")
+            continue
+        if n.op == "aten" and n.target == "aten.addmm.default" and not n.attrs and isinstance(n.args[0], Ref):
+            bias = nodes[n.args[0]]
+            chain = _view_chain(n, users, nodes)
+            if len(bias.shape) == 1 and bias.dtype == n.dtype and chain is not None \
+                    and _readers_fuse(chain[-1].name, users, nodes):
+                last = chain[-1]
+                mm = replace(n, target="aten.mm.default", args=(n.args[1], n.args[2]))
+                if last is n:
+                    mm = replace(mm, name=f"{n.name}_lib")
+                    out += [mm, replace(n, op="add", args=(Ref(mm.name), Ref(bias.name)), target="", attrs=())]
+                else:  # mm -> views -> add: the bias runs along the last dim, which the views keep
+                    out.append(mm)
+                    moved[last.name] = [replace(last, name=f"{last.name}_lib"),
+                                        replace(last, op="add", args=(Ref(f"{last.name}_lib"), Ref(bias.name)),
+                                                target="", attrs=())]
+                log.append(f"fold_library_bias: {n.name} = mm + {bias.name}  (bias joins the next kernel)")
+                continue
+        if n.name in moved:
+            out += moved.pop(n.name)
+            continue
+        out.append(n)
+    return replace(graph, nodes=tuple(out)).with_log(*log) if log else graph
+
+
+def _view_chain(n: Node, users: dict, nodes: dict) -> list[Node] | None:
+    """n, then the views that alone read it, as long as each keeps the last dim."""
+    chain = [n]
+    while True:
+        readers = users[chain[-1].name]
+        if len(readers) != 1 or readers[0] == "<output>":
+            return chain
+        nxt = nodes[readers[0]]
+        if nxt.op != "aten" or nxt.target not in VIEWS or not nxt.shape or nxt.shape[-1] != n.shape[-1]:
+            return chain
+        chain.append(nxt)
