@@ -142,9 +142,19 @@ def is_finished(out: Path, task: Task) -> bool:
     if saved is None:
         return False
     bench = saved.get("bench") or {}
-    return bench.get("candidate") == (str(task.candidate) if task.candidate else None) and bench.get(
+    return _same_candidate(bench.get("candidate"), task.candidate, out) and bench.get(
         "compiled", False
     ) == task.compile
+
+
+def _same_candidate(saved: str | None, candidate: Path | None, out: Path) -> bool:
+    """Equal paths, or the same file under RESULTS_DIR/candidates (results carried to another checkout)."""
+    if saved is None or candidate is None:
+        return saved is None and candidate is None
+    if saved == str(candidate):
+        return True
+    marker = f"{out.name}/candidates/"
+    return marker in saved and marker in str(candidate) and saved.split(marker)[-1] == str(candidate).split(marker)[-1]
 
 
 def load_results(out: Path) -> list[dict]:
