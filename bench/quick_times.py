@@ -38,6 +38,7 @@ def main() -> int:
     prewarm(tasks, out, args.prewarm, None)
     cold = load_prewarm(out)
     set_strict_fp32(False)
+    out.mkdir(parents=True, exist_ok=True)
     lines = out / "times.jsonl"
     seen = {json.loads(x)["key"] for x in lines.read_text().splitlines()} if lines.exists() else set()
     for t in tasks:
