@@ -47,6 +47,10 @@ def main() -> int:
         row = {"key": t.key, "category": t.category, "name": t.stem, "prewarm": cold.get(t.key, {})}
         start = time.perf_counter()
         try:
+            if not t.candidate.is_file():
+                from torchweld.pipeline import compile_file
+
+                compile_file(t.problem, t.candidate)
             report = first_check(load_problem(t.problem), t.candidate, trials=3)
             row.update(ok=report.ok, max_abs=report.max_abs, rel=report.rel, times_ms=report.times_ms,
                        build_s=round(report.build_s, 3), errors=report.errors)
