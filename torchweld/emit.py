@@ -9,7 +9,7 @@ import torch
 
 from torchweld.codegen.kernel import ITEMSIZE, is_contiguous, module_source, operands, vec_class, vector_width
 from torchweld.codegen.ops import py_lit, torch_expr
-from torchweld.ir import LIBRARY, Graph, Node, Ref, format_node
+from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
 from torchweld.runtime_template import RUNTIME
@@ -102,7 +102,7 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
             "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
             f"        if {guard}:",
             f"            return self._tw_general({arg_names})"]
-    if any(isinstance(a, torch.device) for n in graph.nodes for a in _flat(n.args + tuple(v for _, v in n.attrs))):
+    if any(isinstance(a, torch.device) for n in graph.nodes for a in flat_args(n.args + tuple(v for _, v in n.attrs))):
         body.append(f"        _dev = {inputs[0].target}.device")
     for step in plan.steps:
         k = plan.kernel(step)
@@ -142,14 +142,6 @@ def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
         path = n.target.rsplit(".", 1)[0] if "." in n.target else ""
         out.append(("self" + (f".{path}" if path else ""), training))
     return out
-
-
-def _flat(args):
-    for a in args:
-        if isinstance(a, (list, tuple)) and not isinstance(a, Ref):
-            yield from _flat(a)
-        else:
-            yield a
 
 
 def _prepare(kernel: str, names: list[str], nodes: dict) -> list[str]:

@@ -65,7 +65,7 @@ class Node:
 
     def inputs(self) -> list[str]:
         """Names of the nodes this one reads (nested lists included, in order)."""
-        return [a for a in _flat(self.args) if isinstance(a, Ref)]
+        return [a for a in flat_args(self.args) if isinstance(a, Ref)]
 
 
 class Ref(str):
@@ -74,10 +74,11 @@ class Ref(str):
     __slots__ = ()
 
 
-def _flat(args):
+def flat_args(args):
+    """Every argument, nested lists and tuples opened."""
     for a in args:
         if isinstance(a, (list, tuple)) and not isinstance(a, Ref):
-            yield from _flat(a)
+            yield from flat_args(a)
         else:
             yield a
 

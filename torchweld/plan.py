@@ -167,22 +167,27 @@ def _attach(g: _Groups, anchor: Node) -> None:
 
 def _kernel(name: str, members: list[str], graph: Graph, g: _Groups) -> Kernel | None:
     nodes = g.nodes
-    member_set = set(members)
     anchors = [m for m in members if nodes[m].is_anchor]
     if anchors:
         return _reduce_kernel(name, members, anchors[0], graph, g)
     shape = max((nodes[m].shape for m in members), key=lambda s: (_numel(s), len(s)))
     if _numel(shape) == 0:
         return None
+    inputs, outputs = _boundary(members, nodes, g.users)
+    if any(nodes[o].shape != shape for o in outputs):
+        return None  # a smaller value is needed elsewhere: leave this group to PyTorch
+    return Kernel(name, tuple(members), tuple(inputs), outputs, shape)
+
+
+def _boundary(members: list[str], nodes: dict, users: dict) -> tuple[list[str], tuple[str, ...]]:
+    """What a group reads from outside (in first-use order), and which of its values are read outside."""
+    member_set = set(members)
     inputs: list[str] = []
     for m in members:
         for a in nodes[m].inputs():
             if a not in member_set and a not in inputs:
                 inputs.append(a)
-    outputs = tuple(m for m in members if any(u not in member_set for u in g.users[m]))
-    if any(nodes[o].shape != shape for o in outputs):
-        return None  # a smaller value is needed elsewhere: leave this group to PyTorch
-    return Kernel(name, tuple(members), tuple(inputs), outputs, shape)
+    return inputs, tuple(m for m in members if any(u not in member_set for u in users[m]))
 
 
 def _reduce_kernel(name: str, members: list[str], anchor: str, graph: Graph, g: _Groups) -> Kernel | None:
@@ -192,12 +197,7 @@ def _reduce_kernel(name: str, members: list[str], anchor: str, graph: Graph, g: 
     x = nodes[a.args[0]]
     if reduce_geometry(a, x.shape) is None:
         return None
-    inputs: list[str] = []
-    for m in members:
-        for r in nodes[m].inputs():
-            if r not in member_set and r not in inputs:
-                inputs.append(r)
-    outputs = tuple(m for m in members if any(u not in member_set for u in g.users[m]))
+    inputs, outputs = _boundary(members, nodes, g.users)
     before = ancestors_in(anchor, member_set, nodes)
     if a.op in REDUCTION and any(r in before for m in member_set - before - {anchor} for r in nodes[m].inputs()):
         return None  # an epilogue at the reduced shape cannot read a value of the full shape

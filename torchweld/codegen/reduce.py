@@ -144,7 +144,7 @@ def reduce_source(k: Kernel, graph) -> str:
     x = a.args[0]
     x_extra = (x,) if x in st.inputs else ()
     B = []
-    B.append(f"  const unsigned t = threadIdx.x;")
+    B.append("  const unsigned t = threadIdx.x;")
     if rm:
         B += [f"  const unsigned ty = t % {TY}u;",
               f"  const {IT} o = ({IT})blockIdx.x * {TX}{itype} + t / {TY}u, i = 0;",

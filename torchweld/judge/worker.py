@@ -16,7 +16,7 @@ import torch
 from torchweld.judge import guards
 from torchweld.judge.build import BuildError, import_candidate, kernel_names
 from torchweld.judge.options import CheckOptions
-from torchweld.judge.tolerance import compare, flatten
+from torchweld.judge.tolerance import compare
 from torchweld.judge.trials import Pair, cheat, kernel_check, run_trial, stream_probe, to_cuda
 from torchweld.judge.variants import all_variants, reshape_inputs
 from torchweld.problem import ProblemError, load_problem
