@@ -64,7 +64,7 @@ def fold_library_bias(graph: Graph) -> Graph:
     return replace(graph, nodes=tuple(out)).with_log(*log) if log else graph
 
 
-def _view_chain(n: Node, users: dict, nodes: dict) -> list[Node] | None:
+def _view_chain(n: Node, users: dict, nodes: dict) -> list[Node]:
     """n, then the views that alone read it, as long as each keeps the last dim."""
     chain = [n]
     while True:
