@@ -41,14 +41,10 @@ template <typename T> __device__ __forceinline__ T tw_min(T a, T b) { return (a 
 
 // Loads convert storage to compute type; stores round back.
 __device__ __forceinline__ float tw_ld(float x) { return x; }
-__device__ __forceinline__ float tw_ld(__half x) { return __half2float(x); }
-__device__ __forceinline__ float tw_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ double tw_ld(double x) { return x; }
 __device__ __forceinline__ bool tw_ld(bool x) { return x; }
 template <typename S> __device__ __forceinline__ S tw_st(float x);
 template <> __device__ __forceinline__ float tw_st<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half tw_st<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 tw_st<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ bool tw_st<bool>(float x) { return x != 0.0f; }
 template <typename S> __device__ __forceinline__ S tw_st(double x) { return (S)x; }
 template <typename S> __device__ __forceinline__ S tw_st(bool x) { return (S)x; }

@@ -138,6 +138,8 @@ class _Scan(ast.NodeVisitor):
             calls = [self.name(c.func) or "" for b in h.body for c in ast.walk(b) if isinstance(c, ast.Call)]
             torch_calls = [c for c in calls if c.startswith(("torch.", "F.", "self."))]
             returns = any(isinstance(c, ast.Return) for b in h.body for c in ast.walk(b))
+            if h.body and isinstance(h.body[-1], ast.Raise) and not returns:
+                continue  # it reports the error and re-raises: nothing falls back
             if torch_calls or (returns and self.in_modelnew):
                 what = ", ".join(sorted(set(torch_calls))[:3]) or "another path"
                 self.add("try_fallback", h, f"except handler falls back to {what}")
