@@ -54,3 +54,62 @@ def test_explain_shows_graph_rewrites_and_plan():
     out = proc.stdout
     for part in ("# Captured graph", "# Rewrites", "collect_linear", "# Kernel plan", "k0(", "fma("):
         assert part in out
+
+
+DATA_DEPENDENT = '''"""A forward whose control flow depends on the data: no graph can be traced."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:
+            return torch.relu(y)
+        return y * 2.0
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return [8]
+'''
+
+
+def test_untraceable_model_still_gets_a_correct_file(tmp_path):
+    import torch
+
+    from torchweld.problem import load_module, load_problem
+
+    problem_path = tmp_path / "data_dependent.py"
+    problem_path.write_text(DATA_DEPENDENT)
+    out = tmp_path / "new.py"
+    proc = tw("compile", problem_path, "-o", out)
+    assert proc.returncode == 3, proc.stderr
+    assert "could not compile" in proc.stderr and "Traceback" not in proc.stderr
+    source = out.read_text()
+    assert "Nothing fused" in source and "Reason: CaptureError" in source
+    problem = load_problem(problem_path)
+    module = load_module(out, source, prefix="tw_passthrough_test")
+    ref = problem.build_model(0)
+    torch.manual_seed(0)
+    new = module.ModelNew(*problem.init_inputs())
+    assert list(new.state_dict()) == list(ref.state_dict())
+    new.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 8)
+    assert torch.equal(new(x), ref(x))
+
+
+def test_compile_file_never_fails_on_a_valid_problem(tmp_path):
+    from torchweld.pipeline import compile_file
+
+    problem_path = tmp_path / "data_dependent.py"
+    problem_path.write_text(DATA_DEPENDENT)
+    out = compile_file(problem_path, tmp_path / "new.py")
+    assert "class ModelNew" in out.read_text()

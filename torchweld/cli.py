@@ -9,13 +9,22 @@ from torchweld.problem import ProblemError
 
 
 def _compile(args) -> int:
-    from torchweld.pipeline import Options, compile_problem, cuda_available
+    from torchweld.pipeline import Options, compile_problem, cuda_available, passthrough
     from torchweld.problem import load_problem
 
     problem = load_problem(args.problem)
-    result = compile_problem(problem, Options())
     out = Path(args.output) if args.output else Path("out") / f"{problem.name}_new.py"
     out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        result = compile_problem(problem, Options())
+    except ProblemError:
+        raise
+    except Exception as e:  # still write a correct file: the original forward
+        source, reason = passthrough(problem, e)
+        out.write_text(source)
+        print(f"torchweld: could not compile {problem.path}: {reason}", file=sys.stderr)
+        print(f"wrote {out}: nothing fused, its ModelNew runs the original forward (correct, not faster)")
+        return 3
     out.write_text(result.source)
     fused = sum(len(k.nodes) for k in result.plan.kernels)
     print(f"wrote {out}: {len(result.plan.kernels)} fused kernel(s), {fused} ops fused")

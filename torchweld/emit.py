@@ -283,3 +283,25 @@ def emit(plan: Plan, source: str, problem_name: str) -> str:
     out.append("    # The original forward, for inputs the kernels were not built for.")
     out.append(_method_source(lines, fwd, "_tw_general"))
     return "\n".join(out) + "\n"
+
+
+def emit_passthrough(source: str, problem_name: str, reason: str) -> str:
+    """A ModelNew that runs the original forward: what we write when the compiler cannot help.
+
+    Always correct, and slower than eager by no more than a method call; the header says why.
+    """
+    keep, model, lines = _source_parts(source)
+    methods = {f.name: f for f in model.body if isinstance(f, ast.FunctionDef)}
+    if "forward" not in methods:
+        raise EmitError("Model must define forward")
+    why = " ".join(reason.split())[:300].replace('"', "'").replace("\\", "/")
+    out = ['"""torchweld: ModelNew for ' + problem_name + ".", "",
+           "Nothing fused: the compiler could not handle this model, so forward is the original code.",
+           f"Reason: {why}", '"""', "import torch", "import torch.nn as nn", "import torch.nn.functional as F", ""]
+    out += [s for s in keep if s.strip() and s.strip() not in out]
+    out += ["", "", "class ModelNew(nn.Module):"]
+    doc = ast.get_docstring(model)
+    if doc:
+        out.append(f'    """{doc}"""')
+    out += [_method_source(lines, f) + "\n" for f in methods.values()]
+    return "\n".join(out).rstrip() + "\n"

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 
 from torchweld.capture import capture
-from torchweld.emit import emit
+from torchweld.emit import emit, emit_passthrough
 from torchweld.ir import Graph
 from torchweld.plan import Plan, plan
-from torchweld.problem import Problem, load_problem
+from torchweld.problem import Problem, ProblemError, load_problem
 from torchweld.simplify import simplify
 
 
@@ -50,13 +50,34 @@ def compile_problem(problem: Problem, options: Options = Options()) -> Result:
     return Result(problem, captured, simplified, the_plan, source, dumps)
 
 
+def compile_source(problem: Problem, options: Options = Options()) -> tuple[str, str | None]:
+    """(ModelNew source, None), or a passthrough ModelNew and the reason when the compiler fails.
+
+    NOTE: a model the compiler cannot handle still gets a correct file (its original forward);
+    a bad problem file (ProblemError) is the user's to fix and is raised.
+    """
+    try:
+        return compile_problem(problem, options).source, None
+    except ProblemError:
+        raise
+    except Exception as e:  # any compiler failure: capture, an unsupported op, a bug of ours
+        return passthrough(problem, e)
+
+
+def passthrough(problem: Problem, error: Exception) -> tuple[str, str]:
+    """The original-forward ModelNew for a model the compiler failed on, and the one-line reason."""
+    text = str(error).strip()
+    reason = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+    return emit_passthrough(problem.source, problem.name, reason), reason
+
+
 def compile_file(problem_path, out_path=None, options: Options = Options()) -> Path:
     """Compile a problem file and write the ModelNew file (default: `<stem>_new.py` beside it)."""
     problem = load_problem(problem_path)
-    result = compile_problem(problem, options)
+    source, _ = compile_source(problem, options)
     out = Path(out_path) if out_path else problem.path.with_name(problem.path.stem + "_new.py")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(result.source)
+    out.write_text(source)
     return out
 
 
