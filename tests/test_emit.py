@@ -90,3 +90,33 @@ def test_judge_static_scan_finds_nothing_in_our_files(stem):
     path = SEEDS / f"{stem}.py"
     findings = scan(_emit(path), path.read_text())
     assert not findings, [f.to_dict() for f in findings]
+
+
+SCALAR_INPUT = '''"""A forward that takes a Python number between two tensors."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, scale, y):
+        return torch.relu(x * scale) + y
+
+
+def get_inputs():
+    return [torch.randn(8, 16), 2.5, torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_number_inputs_are_guarded_by_value(tmp_path):
+    """A number is traced as a constant: another value must take the general path, never the kernel."""
+    path = tmp_path / "scalar_input.py"
+    path.write_text(SCALAR_INPUT)
+    src = compile_problem(load_problem(path)).source
+    assert "scale != 2.5" in src and "scale.shape" not in src
+    module = load_module(tmp_path / "new.py", src, prefix="tw_emit_test")
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    assert torch.equal(module.ModelNew()(x, 3.0, y), torch.relu(x * 3.0) + y)

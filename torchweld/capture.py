@@ -174,10 +174,10 @@ def _forward_arg_names(model, n: int) -> list[str]:
 def capture(model: torch.nn.Module, inputs: list, filename: str | None = None) -> Graph:
     """Trace `model(*inputs)` with fake tensors and convert the aten graph to the IR."""
     gm, state_names, arg_names = trace_aten(model, inputs)
-    return from_fx(gm, state_names, arg_names, filename)
+    return from_fx(gm, state_names, arg_names, filename, inputs)
 
 
-def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None) -> Graph:
+def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inputs=None) -> Graph:
     names: dict[torch.fx.Node, str] = {}
     nodes: list[Node] = []
     placeholders = 0
@@ -204,6 +204,9 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None) -> 
             else:
                 k = i - len(state_names)
                 node = Node(f"x{k}", "input", (), shape, dtype, target=arg_names[k], stride=stride(n))
+                value = inputs[k] if inputs is not None and k < len(inputs) else None
+                if isinstance(value, (bool, int, float)):  # NOTE: traced as a constant: the guard checks it
+                    node = replace(node, dtype=type(value).__name__, attrs=(("value", value),))
             names[n] = node.name
             nodes.append(node)
             continue

@@ -89,11 +89,12 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
     graph = plan.graph
     names = _Names(graph)
     nodes = graph.by_name()
+    tensors = [n for n in inputs if n.attr("value") is None]
     guard = " or ".join(
         [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype} or not {n.target}.is_cuda"
-         for n in inputs]) or "False"
-    if inputs:  # NOTE: kernels launch on the current device, so the inputs must live there
-        guard += f" or {inputs[0].target}.get_device() != torch.cuda.current_device()"
+         for n in tensors] + [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]) or "False"
+    if tensors:  # NOTE: kernels launch on the current device, so the inputs must live there
+        guard += f" or {tensors[0].target}.get_device() != torch.cuda.current_device()"
     arg_names = ", ".join(n.target for n in inputs)
     modes = _norm_modes(graph)
     if modes:
@@ -103,7 +104,7 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
             f"        if {guard}:",
             f"            return self._tw_general({arg_names})"]
     if any(isinstance(a, torch.device) for n in graph.nodes for a in flat_args(n.args + tuple(v for _, v in n.attrs))):
-        body.append(f"        _dev = {inputs[0].target}.device")
+        body.append(f"        _dev = {tensors[0].target}.device" if tensors else "        _dev = torch.device('cuda')")
     for step in plan.steps:
         k = plan.kernel(step)
         if k is not None:
