@@ -250,7 +250,54 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 attrs=tuple(sorted((k, _to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
-    return Graph(tuple(nodes), outputs, single)
+    return device_neutral(Graph(tuple(nodes), outputs, single))
+
+
+# Ops the CPU trace picks that would not run on a GPU (the emitted file runs on CUDA).
+_CPU_ONLY = ("_for_cpu", "mkldnn", "fbgemm", "onednn", "_cpu.", "_cpu_")
+_SDPA_CPU = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+
+
+def device_neutral(graph: Graph) -> Graph:
+    """Undo the CPU trace's device choices: CPU attention back to the SDPA op (which picks its own
+    CUDA backend at run time); any other CPU-only op is an error, so the model gets a passthrough file."""
+    nodes, users = graph.by_name(), graph.users()
+    out, alias, dropped = [], {}, set()
+    for n in graph.nodes:
+        if n.op == "aten" and n.target == _SDPA_CPU:
+            readers = [nodes[u] for u in users[n.name] if u != "<output>"]
+            stats = [r for r in readers if r.op == "getitem" and r.args[1] != 0]
+            if any(users[r.name] for r in stats) or any(r.op != "getitem" for r in readers) \
+                    or "<output>" in users[n.name]:
+                raise CaptureError("attention's saved statistics are used: not supported")
+            dropped.update(r.name for r in stats)
+            readers = [r for r in readers if r not in stats]
+            q, k, v = n.args[:3]
+            dropout = n.args[3] if len(n.args) > 3 else 0.0
+            causal = n.args[4] if len(n.args) > 4 else False
+            kw = dict(n.attrs)
+            name = readers[0].name if readers else n.name
+            for r in readers[1:]:
+                alias[r.name] = name
+            out.append(Node(name, "aten", (q, k, v, kw.get("attn_mask"), dropout, causal),
+                            readers[0].shape if readers else (), readers[0].dtype if readers else n.dtype,
+                            target="aten.scaled_dot_product_attention.default",
+                            attrs=(("scale", kw.get("scale")),), origin=n.origin,
+                            stride=readers[0].stride if readers else ()))
+            alias.update({r.name: name for r in readers})
+            continue
+        if n.op == "aten" and any(tag in n.target for tag in _CPU_ONLY):
+            raise CaptureError(f"{n.target} is a CPU-only op (the trace ran on the CPU)")
+        if n.name in alias or n.name in dropped:
+            continue
+        out.append(replace(n, args=_rename(n.args, alias)) if alias else n)
+    outputs = tuple(alias.get(o, o) for o in graph.outputs)
+    return replace(graph, nodes=tuple(out), outputs=outputs)
+
+
+def _rename(args, alias):
+    return tuple(Ref(alias.get(a, a)) if isinstance(a, Ref) else
+                 type(a)(_rename(a, alias)) if isinstance(a, (list, tuple)) else a for a in args)
 
 
 def _pointwise(n, packet, name, shape, dtype, names, origin) -> Node | None:
