@@ -113,3 +113,14 @@ def test_compile_file_never_fails_on_a_valid_problem(tmp_path):
     problem_path.write_text(DATA_DEPENDENT)
     out = compile_file(problem_path, tmp_path / "new.py")
     assert "class ModelNew" in out.read_text()
+
+
+def test_varargs_forward_gets_a_passthrough(tmp_path):
+    problem_path = tmp_path / "varargs.py"
+    problem_path.write_text('"""varargs"""\nimport torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n'
+                            '    def forward(self, *xs):\n        return torch.relu(xs[0]) + xs[1]\n\n\n'
+                            'def get_inputs():\n    return [torch.randn(4, 4), torch.randn(4, 4)]\n\n\n'
+                            'def get_init_inputs():\n    return []\n')
+    proc = tw("compile", problem_path, "-o", tmp_path / "new.py")
+    assert proc.returncode == 3 and "*args" in proc.stderr
+    assert "Nothing fused" in (tmp_path / "new.py").read_text()

@@ -263,6 +263,8 @@ def emit(plan: Plan, source: str, problem_name: str) -> str:
     if "forward" not in methods:
         raise EmitError("Model must define forward")
     fwd = methods["forward"]
+    if fwd.args.vararg or fwd.args.kwarg:  # the guard names each input: *args would leave them unbound
+        raise EmitError("forward takes *args or **kwargs: not supported")
     signature = ast.unparse(fwd.args)
     inputs = [n for n in plan.graph.nodes if n.op == "input"]
     cuda = module_source(list(plan.kernels), plan.graph)
