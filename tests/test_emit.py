@@ -120,3 +120,16 @@ def test_number_inputs_are_guarded_by_value(tmp_path):
     module = load_module(tmp_path / "new.py", src, prefix="tw_emit_test")
     x, y = torch.randn(8, 16), torch.randn(8, 16)
     assert torch.equal(module.ModelNew()(x, 3.0, y), torch.relu(x * 3.0) + y)
+
+
+def test_guard_covers_parameters_and_wrappers_stay_short():
+    """Forward's guard checks every parameter a kernel reads (a folded bias through its view too),
+    so the per-kernel wrappers only lay operands out: no per-call check function on the hot path."""
+    src = _emit(SEEDS / "seed000_convt3d_bias_residual.py")
+    guard = src[src.index("    def forward"):src.index("return self._tw_general")]
+    for p in ("self.bias", "self.conv_transpose.bias"):
+        assert f"{p}.dtype != torch.float32 or {p}.get_device() != x.get_device()" in guard
+    assert "self.conv_transpose.weight" not in guard  # read by cuDNN only, which checks it itself
+    wrapper = src[src.index("def _k0("):src.index("class ModelNew")]
+    assert "_tw_check" not in wrapper and "torch.empty_like(a_v4_lib, memory_format=torch.contiguous_format)" in wrapper
+    assert "if err:" in wrapper

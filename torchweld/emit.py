@@ -90,18 +90,21 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
     names = _Names(graph)
     nodes = graph.by_name()
     tensors = [n for n in inputs if n.attr("value") is None]
-    guard = " or ".join(
-        [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype} or not {n.target}.is_cuda"
-         for n in tensors] + [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]) or "False"
-    if tensors:  # NOTE: kernels launch on the current device, so the inputs must live there
-        guard += f" or {tensors[0].target}.get_device() != torch.cuda.current_device()"
-    arg_names = ", ".join(n.target for n in inputs)
+    conds = [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
+    conds += [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]
+    if tensors:  # NOTE: kernels launch on the current device: every tensor they read must live there
+        first = tensors[0].target
+        conds.append(f"not {first}.is_cuda or {first}.get_device() != torch.cuda.current_device()")
+        conds += [f"{n.target}.get_device() != {first}.get_device()" for n in tensors[1:]]
+        conds += [f"{p}.dtype != torch.{nodes[r].dtype} or {p}.get_device() != {first}.get_device()"
+                  for r, p in _kernel_params(plan)]
     modes = _norm_modes(graph)
-    if modes:
-        guard = " or ".join([guard] + [f"{m}.training is not {t}" for m, t in modes])
+    conds += [f"{m}.training is not {t}" for m, t in modes]
+    guard = "\n                or ".join(conds) or "False"
+    arg_names = ", ".join(n.target for n in inputs)
     body = [f"    def forward({signature}):",
             "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
-            f"        if {guard}:",
+            f"        if ({guard}):",
             f"            return self._tw_general({arg_names})"]
     if any(isinstance(a, torch.device) for n in graph.nodes for a in flat_args(n.args + tuple(v for _, v in n.attrs))):
         body.append(f"        _dev = {tensors[0].target}.device" if tensors else "        _dev = torch.device('cuda')")
@@ -129,6 +132,21 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
     return body
 
 
+def _kernel_params(plan: Plan) -> list[tuple[str, str]]:
+    """(node, expression) for each parameter a kernel reads, directly or through a view (a folded bias)."""
+    nodes = plan.graph.by_name()
+    names = _Names(plan.graph)
+    found = []
+    for k in plan.kernels:
+        for a in k.inputs:
+            n = nodes[a]
+            if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
+                n = nodes[n.args[0]]
+            if n.op == "param" and n.name not in (r for r, _ in found):
+                found.append((n.name, names.expr(Ref(n.name))))
+    return found
+
+
 def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
     """(module, training) for each batch norm whose mode the captured graph depends on."""
     out = []
@@ -145,24 +163,33 @@ def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
     return out
 
 
-def _prepare(kernel: str, names: list[str], nodes: dict) -> list[str]:
-    """Checks for a kernel's operands: parameters and forward inputs fully (the user may change them),
-    values made inside forward only for layout (their device, dtype and shape follow from the guard)."""
-    def leaf(n: Node) -> bool:  # a parameter seen through a view (a folded bias) is checked like one
-        source = nodes.get(n.args[0]) if n.op == "aten" and n.args and isinstance(n.args[0], Ref) else None
-        return n.op in ("param", "input") or (n.target in VIEWS and source is not None and source.op == "param")
-
-    leaves = [a for a in names if leaf(nodes[a])]
+def _prepare(names: list[str], nodes: dict) -> list[str]:
+    """Lay a kernel's operands out as it indexes them. Their device, dtype and shape need no check
+    here: forward's guard checked the inputs and parameters, and values made inside forward follow."""
     lines = []
-    if leaves:
-        specs = ", ".join(f"(torch.{nodes[a].dtype}, {tuple(nodes[a].shape)!r}, {_stride_spec(nodes[a])!r})"
-                          for a in leaves)
-        args = ", ".join(f"a_{a}" for a in leaves) + ("," if len(leaves) == 1 else "")
-        lines.append(f"    ({args}) = _tw_check({kernel!r}, ({args}), ({specs}{',' if len(leaves) == 1 else ''}))")
     for a in names:
-        if a not in leaves:
-            lines.append(f"    a_{a} = _tw_layout(a_{a}, {tuple(nodes[a].shape)!r}, {_stride_spec(nodes[a])!r})")
+        stride = _stride_spec(nodes[a])
+        if stride is None:
+            lines.append(f"    if not a_{a}.is_contiguous():")
+            lines.append(f"        a_{a} = a_{a}.contiguous()")
+        else:
+            lines.append(f"    a_{a} = _tw_layout(a_{a}, {tuple(nodes[a].shape)!r}, {stride!r})")
     return lines
+
+
+def _allocate(out: str, shape: tuple, dtype, operands: list[Node]) -> str:
+    """The output buffer: `empty_like` of an operand of the same shape and dtype is the cheapest call."""
+    like = next((o for o in operands if tuple(o.shape) == tuple(shape) and o.dtype == dtype), None)
+    if like is not None:
+        return f"    out_{out} = torch.empty_like(a_{like.name}, memory_format=torch.contiguous_format)"
+    return f"    out_{out} = torch.empty({tuple(shape)!r}, dtype=torch.{dtype}, device=dev)"
+
+
+def _launch(k: Kernel, ptrs: list[str], vec: str, first: str) -> list[str]:
+    stream = f"_tw_stream({first}.get_device())" if first else "_tw_stream(torch.cuda.current_device())"
+    return [f"    err = _LIB.tw_launch_{k.name}({', '.join(ptrs)}, {vec}, {stream})",
+            "    if err:",
+            f"        _tw_fail({k.name!r}, err)"]
 
 
 def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
@@ -173,22 +200,28 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
     lines = [
         f"def _{k.name}({params}):",
         f'    """{k.name}: {anchor.op} with {len(k.nodes) - 1} fused pointwise ops; see its CUDA source above."""',
-        *_prepare(k.name, list(k.inputs), nodes),
-        f"    dev = a_{k.inputs[0]}.device",
     ]
-    if anchor.op == "batch_norm":  # NOTE: the kernel updates the running statistics in place
-        lines.append(f"    assert a_{anchor.args[3]}.is_contiguous() and a_{anchor.args[4]}.is_contiguous()")
-    for o in k.outputs:
-        lines.append(f"    out_{o} = torch.empty({tuple(nodes[o].shape)!r}, dtype=torch.{nodes[o].dtype}, device=dev)")
+    in_place = [a for a in anchor.args[3:5]] if anchor.op == "batch_norm" else []
+    if in_place:  # NOTE: the kernel updates the running statistics in place: a copy would lose the update
+        lines.append(f"    assert a_{in_place[0]}.is_contiguous() and a_{in_place[1]}.is_contiguous()")
+    lines += _prepare([a for a in k.inputs if a not in in_place], nodes)
+    operand_nodes = [nodes[a] for a in k.inputs]
+    allocs = [_allocate(o, nodes[o].shape, nodes[o].dtype, operand_nodes) for o in k.outputs]
+    if any("device=dev" in a for a in allocs):
+        lines.append(f"    dev = a_{k.inputs[0]}.device")
+    lines += allocs
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
-    lines.append(f"    _tw_launch({k.name!r}, _LIB.tw_launch_{k.name}({', '.join(ptrs)}, 0, _tw_stream(dev)))")
+    lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}")
     outs = ", ".join(f"out_{o}" for o in k.outputs)
     lines.append(f"    return {outs}{',' if len(k.outputs) == 1 else ''}")
     return "\n".join(lines)
 
 
 def _wrapper(k: Kernel, graph: Graph) -> str:
-    """The Python function that checks inputs, allocates outputs and launches one kernel."""
+    """The Python function that lays out operands, allocates outputs and launches one kernel.
+
+    NOTE: it runs on every forward, so it stays short: each Python step costs about a microsecond,
+    as much as a small kernel's whole run."""
     if k.kind == "reduce":
         return _reduce_wrapper(k, graph)
     nodes = graph.by_name()
@@ -201,19 +234,17 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
     lines = [
         f"def _{k.name}({params}):",
         f'    """{k.name}: {len(k.nodes)} fused ops over {tuple(k.shape)}; see its CUDA source above."""',
-        *_prepare(k.name, [o.name for o in ops], nodes),
-        f"    dev = a_{ops[0].name}.device" if ops else "    dev = torch.device('cuda')",
+        *_prepare([o.name for o in ops], nodes),
     ]
-    for o, dt in outs:
-        lines.append(f"    out_{o} = torch.empty({tuple(k.shape)!r}, dtype=torch.{dt}, device=dev)")
-    if vec > 1:
-        checks = [f"{a}.data_ptr() % {align[a]} == 0" for a in aligned]
-        checks += [f"out_{o}.data_ptr() % {ITEMSIZE[dt] * vec} == 0" for o, dt in outs]
-        lines.append(f"    vec = int({' and '.join(checks) or 'True'})")
-    else:
-        lines.append("    vec = 0")
+    allocs = [_allocate(o, k.shape, dt, [nodes[p.name] for p in ops]) for o, dt in outs]
+    if any("device=dev" in a for a in allocs):
+        lines.append(f"    dev = a_{ops[0].name}.device" if ops else "    dev = torch.device('cuda')")
+    lines += allocs
+    # NOTE: outputs come from the caching allocator, whose blocks are 512-byte aligned: only operands are tested.
+    checks = [f"{a}.data_ptr() % {align[a]} == 0" for a in aligned]
+    vec_arg = "0" if vec == 1 else f"int({' and '.join(checks)})" if checks else "1"
     ptrs = [f"a_{o.name}.data_ptr()" for o in ops] + [f"out_{o}.data_ptr()" for o, _ in outs]
-    lines.append(f"    _tw_launch({k.name!r}, _LIB.tw_launch_{k.name}({', '.join(ptrs)}, vec, _tw_stream(dev)))")
+    lines += _launch(k, ptrs, vec_arg, f"a_{ops[0].name}" if ops else "")
     ret = ", ".join(f"out_{o}" for o, _ in outs)
     lines.append(f"    return {ret}{',' if len(outs) == 1 else ''}")
     return "\n".join(lines)

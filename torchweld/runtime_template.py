@@ -31,45 +31,18 @@ def _tw_build():
 _LIB = _tw_build() if torch.cuda.is_available() else None
 
 
-def _tw_check(kernel, tensors, specs):
-    """Refuse what a kernel was not built for (device, dtype, shape); lay inputs out as it expects."""
-    dev = tensors[0].device
-    if dev.type == "cuda" and dev.index != torch.cuda.current_device():
-        raise RuntimeError(f"torchweld {kernel}: inputs are on {dev} but the current device is cuda:{torch.cuda.current_device()}")
-    out = []
-    for i, (t, (dtype, shape, stride)) in enumerate(zip(tensors, specs)):
-        if not isinstance(t, torch.Tensor) or t.device != dev or not t.is_cuda:
-            raise RuntimeError(f"torchweld {kernel}: input {i} must be a CUDA tensor on {dev}, got {getattr(t, 'device', type(t).__name__)}")
-        if t.dtype != dtype:
-            raise TypeError(f"torchweld {kernel}: input {i} must be {dtype}, got {t.dtype}")
-        if tuple(t.shape) != shape:
-            raise ValueError(f"torchweld {kernel}: input {i} must have shape {shape}, got {tuple(t.shape)}")
-        if stride is None:
-            t = t if t.is_contiguous() else t.contiguous()
-        elif any(n > 1 and a != b for n, a, b in zip(shape, t.stride(), stride)):
-            t = torch.empty_strided(shape, stride, dtype=dtype, device=dev).copy_(t)  # the layout it was built for
-        out.append(t)
-    return out
-
-
 def _tw_layout(t, shape, stride):
-    """A value made inside forward, in the layout its kernel indexes (None: contiguous)."""
-    if stride is None:
-        return t if t.is_contiguous() else t.contiguous()
+    """An operand in the layout its kernel indexes (its device, dtype and shape are checked by forward's guard)."""
     if any(n > 1 and a != b for n, a, b in zip(shape, t.stride(), stride)):
         return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
     return t
 
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+# The current CUDA stream's handle for a device index (the fast private call where this PyTorch has it).
+_tw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
-def _tw_stream(dev):
-    """The current CUDA stream's handle (the fast private call where this PyTorch has it)."""
-    return _raw_stream(dev.index) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
-
-
-def _tw_launch(kernel, err):
-    if err:
-        raise RuntimeError(f"torchweld {kernel}: CUDA error {err}: {_LIB.tw_error_string(err).decode()}")
+def _tw_fail(kernel, err):
+    raise RuntimeError(f"torchweld {kernel}: CUDA error {err}: {_LIB.tw_error_string(err).decode()}")
 '''

@@ -161,6 +161,24 @@ def cse(graph: Graph) -> Graph:
     return replace(graph, nodes=tuple(nodes), outputs=outputs).with_log(*log)
 
 
+def in_place_update(graph: Graph) -> Graph:
+    """`copy_(p, add(p, c))` -> `add_(p, c)`: a counter update (batch norm's num_batches_tracked)
+    in one library call instead of two (each call from Python costs several microseconds)."""
+    ctx = Ctx(graph)
+    nodes, log = [], []
+    drop = set()
+    for n in graph.nodes:
+        src = ctx.node(n.args[1]) if n.target == "aten.copy_.default" and len(n.args) == 2 else None
+        if (src is not None and src.target == "aten.add.Tensor" and src.args[0] == n.args[0]
+                and _const(src.args[1]) and ctx.single_use(Ref(src.name)) and not src.attrs):
+            drop.add(src.name)
+            n = replace(n, target="aten.add_.Tensor", args=(n.args[0], src.args[1]))
+            log.append(f"in_place: {n.name} = add_({n.args[0]}, {n.args[1]!r})")
+        nodes.append(n)
+    nodes = [n for n in nodes if n.name not in drop]
+    return replace(graph, nodes=tuple(nodes)).with_log(*log)
+
+
 from torchweld.algebra import collect_linear  # noqa: E402  (uses the helpers above)
 
 from torchweld.epilogue import fold_library_bias  # noqa: E402
@@ -168,6 +186,7 @@ from torchweld.epilogue import fold_library_bias  # noqa: E402
 PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("dead_code", dead_code),
     ("fold_library_bias", fold_library_bias),
+    ("in_place", in_place_update),
     ("canonical", lambda g: apply_rules(g, [_identity, _canonical], "rule")),
     ("cse", cse),
     ("collect_linear", collect_linear),

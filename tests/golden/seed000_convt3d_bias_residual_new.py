@@ -132,56 +132,33 @@ def _tw_build():
 _LIB = _tw_build() if torch.cuda.is_available() else None
 
 
-def _tw_check(kernel, tensors, specs):
-    """Refuse what a kernel was not built for (device, dtype, shape); lay inputs out as it expects."""
-    dev = tensors[0].device
-    if dev.type == "cuda" and dev.index != torch.cuda.current_device():
-        raise RuntimeError(f"torchweld {kernel}: inputs are on {dev} but the current device is cuda:{torch.cuda.current_device()}")
-    out = []
-    for i, (t, (dtype, shape, stride)) in enumerate(zip(tensors, specs)):
-        if not isinstance(t, torch.Tensor) or t.device != dev or not t.is_cuda:
-            raise RuntimeError(f"torchweld {kernel}: input {i} must be a CUDA tensor on {dev}, got {getattr(t, 'device', type(t).__name__)}")
-        if t.dtype != dtype:
-            raise TypeError(f"torchweld {kernel}: input {i} must be {dtype}, got {t.dtype}")
-        if tuple(t.shape) != shape:
-            raise ValueError(f"torchweld {kernel}: input {i} must have shape {shape}, got {tuple(t.shape)}")
-        if stride is None:
-            t = t if t.is_contiguous() else t.contiguous()
-        elif any(n > 1 and a != b for n, a, b in zip(shape, t.stride(), stride)):
-            t = torch.empty_strided(shape, stride, dtype=dtype, device=dev).copy_(t)  # the layout it was built for
-        out.append(t)
-    return out
-
-
 def _tw_layout(t, shape, stride):
-    """A value made inside forward, in the layout its kernel indexes (None: contiguous)."""
-    if stride is None:
-        return t if t.is_contiguous() else t.contiguous()
+    """An operand in the layout its kernel indexes (its device, dtype and shape are checked by forward's guard)."""
     if any(n > 1 and a != b for n, a, b in zip(shape, t.stride(), stride)):
         return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
     return t
 
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+# The current CUDA stream's handle for a device index (the fast private call where this PyTorch has it).
+_tw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
-def _tw_stream(dev):
-    """The current CUDA stream's handle (the fast private call where this PyTorch has it)."""
-    return _raw_stream(dev.index) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
-
-
-def _tw_launch(kernel, err):
-    if err:
-        raise RuntimeError(f"torchweld {kernel}: CUDA error {err}: {_LIB.tw_error_string(err).decode()}")
+def _tw_fail(kernel, err):
+    raise RuntimeError(f"torchweld {kernel}: CUDA error {err}: {_LIB.tw_error_string(err).decode()}")
 
 def _k0(a_v4_lib, a_v4_bias, a_p0):
     """k0: 3 fused ops over (16, 64, 32, 64, 64); see its CUDA source above."""
-    (a_v4_bias, a_p0) = _tw_check('k0', (a_v4_bias, a_p0), ((torch.float32, (64, 1, 1, 1), None), (torch.float32, (64, 1, 1, 1), None)))
-    a_v4_lib = _tw_layout(a_v4_lib, (16, 64, 32, 64, 64), None)
-    dev = a_v4_lib.device
-    out_v8 = torch.empty((16, 64, 32, 64, 64), dtype=torch.float32, device=dev)
-    vec = int(a_v4_lib.data_ptr() % 16 == 0 and out_v8.data_ptr() % 16 == 0)
-    _tw_launch('k0', _LIB.tw_launch_k0(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v8.data_ptr(), vec, _tw_stream(dev)))
+    if not a_v4_lib.is_contiguous():
+        a_v4_lib = a_v4_lib.contiguous()
+    if not a_v4_bias.is_contiguous():
+        a_v4_bias = a_v4_bias.contiguous()
+    if not a_p0.is_contiguous():
+        a_p0 = a_p0.contiguous()
+    out_v8 = torch.empty_like(a_v4_lib, memory_format=torch.contiguous_format)
+    err = _LIB.tw_launch_k0(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v8.data_ptr(), int(a_v4_lib.data_ptr() % 16 == 0), _tw_stream(a_v4_lib.get_device()))
+    if err:
+        _tw_fail('k0', err)
     return out_v8,
 
 
@@ -196,7 +173,10 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.
-        if x.shape != (16, 32, 16, 32, 32) or x.dtype != torch.float32 or not x.is_cuda or x.get_device() != torch.cuda.current_device():
+        if (x.shape != (16, 32, 16, 32, 32) or x.dtype != torch.float32
+                or not x.is_cuda or x.get_device() != torch.cuda.current_device()
+                or self.conv_transpose.bias.dtype != torch.float32 or self.conv_transpose.bias.get_device() != x.get_device()
+                or self.bias.dtype != torch.float32 or self.bias.get_device() != x.get_device()):
             return self._tw_general(x)
         v4_lib = torch.ops.aten.convolution.default(x, self.conv_transpose.weight, None, [2, 2, 2], [1, 1, 1], [1, 1, 1], True, [1, 1, 1], 1)  # library
         v4_bias = torch.ops.aten.view.default(self.conv_transpose.bias, [64, 1, 1, 1])
