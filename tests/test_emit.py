@@ -38,7 +38,7 @@ def test_seed000_file_says_what_it_does():
     assert "load_inline" in src and "no_implicit_headers" in src
     assert "torch/extension.h" not in src  # the CUDA source is free of PyTorch headers
     assert "tw_vec<float, 4>" in src  # 16-byte vector loads and stores
-    assert "aten.convolution.default(x, self.conv_transpose.weight, None," in src  # bias joins the kernel
+    assert "_tw_conv(self, 0, x, self.conv_transpose.weight, None," in src  # bias joins the kernel
     assert "fmaf(v4, 2.0f, p0)" in src and "cudaGetLastError" in src
     assert "current_stream" in src
     assert "import torchweld" not in src and "from torchweld" not in src
@@ -133,3 +133,38 @@ def test_guard_covers_parameters_and_wrappers_stay_short():
     wrapper = src[src.index("def _k0("):src.index("class ModelNew")]
     assert "_tw_check" not in wrapper and "torch.empty_like(a_v4_lib, memory_format=torch.contiguous_format)" in wrapper
     assert "if err:" in wrapper
+
+
+def test_convolutions_get_layout_planning_unless_turned_off():
+    from torchweld.pipeline import Options
+
+    problem = load_problem(ROOT / "problems" / "conv" / "conv2d_glu.py")
+    src = compile_problem(problem).source
+    assert "= _tw_conv(self, 0, x, self.conv.weight, self.conv.bias," in src and "def _tw_pick(" in src
+    assert "Layout: each convolution runs in NCHW or channels-last" in src
+    off = compile_problem(problem, Options(layout_plan=False)).source
+    assert "_tw_conv" not in off and "torch.ops.aten.convolution.default(x, self.conv.weight" in off
+    plain = _emit(ROOT / "problems" / "matmul" / "linear_gelu_tanh.py")
+    assert "_tw_conv" not in plain and "Layout:" not in plain  # no convolution: nothing to plan
+
+
+def test_precision_tf32_is_stated_and_scoped():
+    from torchweld.pipeline import Options
+
+    problem = load_problem(ROOT / "problems" / "matmul" / "linear_gelu_tanh.py")
+    src = compile_problem(problem, Options(precision="tf32")).source
+    assert "Precision: tf32 (asked for)" in src
+    assert "_tw_was = _tw_tf32((True, True))" in src and "finally:\n            _tw_tf32(_tw_was)" in src
+    default = compile_problem(problem).source
+    assert "_tw_tf32" not in default and "no TF32 is enabled here" in default
+    with pytest.raises(Exception, match="precision must be one of"):
+        compile_problem(problem, Options(precision="fp8"))
+
+
+def test_glu_is_traced_as_two_views_and_one_kernel():
+    result = compile_problem(load_problem(ROOT / "problems" / "conv" / "conv2d_glu.py"))
+    assert "aten.glu" not in result.source
+    (k,) = result.plan.kernels
+    ops = [result.plan.graph.by_name()[m].op for m in k.nodes]
+    assert ops == ["sigmoid", "mul"]
+    assert result.source.count("torch.ops.aten.slice.Tensor(v3, 1,") == 2

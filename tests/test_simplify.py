@@ -86,3 +86,16 @@ def test_integer_division_is_not_rewritten():
 def test_log_names_each_rewrite():
     _, simplified = graphs(lambda s, x: F.relu(x * 1.0) / 4.0, torch.randn(3))
     assert any("x*1" in line or "->" in line for line in simplified.log)
+
+
+def test_counter_update_becomes_one_in_place_add():
+    """Batch norm's num_batches_tracked: copy_(p, add(p, 1)) -> add_(p, 1), and the add is gone."""
+    from torchweld.ir import Graph, Node, Ref
+    from torchweld.simplify import in_place_update
+
+    p = Node("p5", "param", (), (), "int64", target="bn.num_batches_tracked")
+    add = Node("v8", "aten", (Ref("p5"), 1), (), "int64", target="aten.add.Tensor")
+    copy = Node("v12", "aten", (Ref("p5"), Ref("v8")), (), "int64", target="aten.copy_.default")
+    g = in_place_update(Graph(nodes=(p, add, copy), outputs=()))
+    assert [n.target for n in g.nodes] == ["bn.num_batches_tracked", "aten.add_.Tensor"]
+    assert g.nodes[1].args == (Ref("p5"), 1)

@@ -139,6 +139,14 @@ def _origin(node: torch.fx.Node, filename: str | None) -> str:
     return f"line {line}: {text.strip()}"
 
 
+def _decompositions() -> dict:
+    """Composite ops traced as their parts, so the parts fuse: glu(x) -> x[:h] * sigmoid(x[h:])
+    (two views of the library op's output, read in place by one kernel)."""
+    from torch._decomp import get_decompositions
+
+    return get_decompositions([torch.ops.aten.glu])
+
+
 def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
     """make_fx over a functional call, so parameters and buffers become graph inputs."""
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -151,7 +159,7 @@ def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModu
         state = dict(zip(state_names, args[: len(state_names)]))
         return functional_call(model, state, tuple(args[len(state_names):]))
 
-    kwargs = {"tracing_mode": "fake"}
+    kwargs = {"tracing_mode": "fake", "decomposition_table": _decompositions()}
     if "record_stack_traces" in inspect.signature(make_fx).parameters:
         kwargs["record_stack_traces"] = True
     try:

@@ -16,7 +16,7 @@ def _compile(args) -> int:
     out = Path(args.output) if args.output else Path("out") / f"{problem.name}_new.py"
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        result = compile_problem(problem, Options())
+        result = compile_problem(problem, Options(precision=args.precision, layout_plan=not args.no_layout_plan))
     except ProblemError:
         raise
     except Exception as e:  # still write a correct file: the original forward
@@ -34,7 +34,7 @@ def _compile(args) -> int:
         return 0
     from torchweld.firstcheck import first_check
 
-    report = first_check(problem, out, trials=3)
+    report = first_check(problem, out, trials=3, tf32=args.precision == "tf32")
     print(report.text())
     return 0 if report.ok else 12
 
@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="write a standalone ModelNew file for a problem")
     c.add_argument("problem", help="problem file defining Model, get_inputs, get_init_inputs")
     c.add_argument("-o", "--output", help="where to write the ModelNew file (default out/<name>_new.py)")
+    c.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                   help="fp32 (default): fp32 math wherever the reference has it; tf32: cuBLAS and cuDNN may use "
+                        "TF32 matrix units for fp32 data (faster; the file's header says so)")
+    c.add_argument("--no-layout-plan", action="store_true",
+                   help="run convolutions as the original does instead of in the layout measured fastest")
     c.set_defaults(func=_compile)
     e = sub.add_parser("explain", help="show the captured graph, the rewrites and the kernel plan")
     e.add_argument("problem")

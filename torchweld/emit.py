@@ -12,7 +12,10 @@ from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
-from torchweld.runtime_template import RUNTIME
+from torchweld.runtime_template import CONV_RUNTIME, RUNTIME, TF32_RUNTIME
+
+CONV = "aten.convolution.default"
+PRECISIONS = ("fp32", "tf32")
 
 
 class EmitError(Exception):
@@ -85,8 +88,9 @@ def _aten_line(n: Node, names: _Names) -> str:
     return f"{n.name} = torch.ops.{n.target}({', '.join(args)})"
 
 
-def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
+def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, tf32: bool) -> list[str]:
     graph = plan.graph
+    sites: dict[str, int] = {}  # convolution node -> its layout-planning site
     names = _Names(graph)
     nodes = graph.by_name()
     tensors = [n for n in inputs if n.attr("value") is None]
@@ -121,6 +125,9 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
             continue
         if n.op == "getitem":
             body.append(f"        {n.name} = {names.expr(n.args[0])}[{n.args[1]!r}]")
+        elif n.op == "aten" and n.target == CONV and layout_plan:
+            args = ", ".join(names.expr(a) for a in n.args)
+            body.append(f"        {n.name} = _tw_conv(self, {sites.setdefault(n.name, len(sites))}, {args})  # library")
         elif n.op == "aten":
             note = "  # library" if n.target in LIBRARY else ""
             body.append(f"        {_aten_line(n, names)}{note}")
@@ -129,6 +136,11 @@ def _forward(plan: Plan, inputs: list[Node], signature: str) -> list[str]:
             body.append(f"        {n.name} = {torch_expr(n, args)}")
     outs = [names.expr(Ref(o)) for o in graph.outputs]
     body.append(f"        return {outs[0] if graph.single_output else '(' + ', '.join(outs) + ',)'}")
+    if tf32:  # the fast path runs with TF32 allowed in cuBLAS and cuDNN, and puts the flags back after
+        start = body.index(f"            return self._tw_general({arg_names})") + 1
+        body[start:] = (["        _tw_was = _tw_tf32((True, True))", "        try:"]
+                        + ["    " + line for line in body[start:]]
+                        + ["        finally:", "            _tw_tf32(_tw_was)"])
     return body
 
 
@@ -255,7 +267,7 @@ def _stride_spec(n: Node):
     return None if is_contiguous(n) else tuple(n.stride)
 
 
-def _header(plan: Plan, problem_name: str) -> str:
+def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str) -> str:
     graph = plan.graph
     nodes = graph.by_name()
     lib = [nodes[s] for s in plan.steps if s in nodes and nodes[s].op == "aten"]
@@ -282,13 +294,26 @@ def _header(plan: Plan, problem_name: str) -> str:
     if other:
         lines.append("Still in PyTorch (not fused by this version; views, which move no data, not listed):")
         lines += [f"  {n.name} = {n.target}" for n in other]
-    lines += ["", "Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled here.",
-              "Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]
+    if precision == "tf32":
+        lines += ["", "Precision: tf32 (asked for): cuBLAS and cuDNN may use TF32 matrix units for fp32 data;",
+                  "fused kernels compute in fp32 (fp16/bf16 data too)."]
+    else:
+        lines += ["", "Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled here."]
+    if layout_plan:
+        lines.append("Layout: each convolution runs in NCHW or channels-last, cuDNN's heuristic or benchmarked "
+                     "algorithm, whichever was measured fastest at its first call (`_tw_conv`).")
+    lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]
     return '"""' + "\n".join(lines) + '\n"""'
 
 
-def emit(plan: Plan, source: str, problem_name: str) -> str:
-    """The ModelNew file for `plan`, keeping the problem's constructor and forward signature."""
+def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, precision: str = "fp32") -> str:
+    """The ModelNew file for `plan`, keeping the problem's constructor and forward signature.
+
+    `layout_plan`: each convolution runs in the layout and cuDNN mode measured fastest at its first call.
+    `precision`: "fp32" keeps fp32 math wherever the reference has it; "tf32" lets cuBLAS and cuDNN
+    use TF32 matrix units (faster, about 1e-3 relative error), and the header says so."""
+    if precision not in PRECISIONS:
+        raise EmitError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     keep, model, lines = _source_parts(source)
     methods = {f.name: f for f in model.body if isinstance(f, ast.FunctionDef)}
     if "forward" not in methods:
@@ -297,13 +322,18 @@ def emit(plan: Plan, source: str, problem_name: str) -> str:
     if fwd.args.vararg or fwd.args.kwarg:  # the guard names each input: *args would leave them unbound
         raise EmitError("forward takes *args or **kwargs: not supported")
     signature = ast.unparse(fwd.args)
+    layout_plan = layout_plan and any(n.target == CONV for n in plan.graph.nodes)
     inputs = [n for n in plan.graph.nodes if n.op == "input"]
     cuda = module_source(list(plan.kernels), plan.graph)
-    out = [_header(plan, problem_name), "import ctypes", "import hashlib", "import inspect", "",
+    out = [_header(plan, problem_name, layout_plan, precision), "import ctypes", "import hashlib", "import inspect", "",
            "import torch", "import torch.nn as nn", "import torch.nn.functional as F", ""]
     out += [s for s in keep if s.strip() and s.strip() not in out]
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) for k in plan.kernels}
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
+    if layout_plan:
+        out += ["", CONV_RUNTIME.strip(), ""]
+    if precision == "tf32":
+        out += ["", TF32_RUNTIME.strip(), ""]
     out += [_wrapper(k, plan.graph) + "\n\n" for k in plan.kernels]
     out.append("class ModelNew(nn.Module):")
     doc = ast.get_docstring(model)
@@ -312,7 +342,7 @@ def emit(plan: Plan, source: str, problem_name: str) -> str:
     for name, f in methods.items():
         if name != "forward":
             out.append(_method_source(lines, f) + "\n")
-    out += _forward(plan, inputs, signature)
+    out += _forward(plan, inputs, signature, layout_plan, precision == "tf32")
     out.append("")
     out.append("    # The original forward, for inputs the kernels were not built for.")
     out.append(_method_source(lines, fwd, "_tw_general"))

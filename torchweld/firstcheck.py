@@ -37,12 +37,12 @@ class FirstCheck:
         return "\n".join(lines)
 
 
-def compare(out, ref) -> tuple[bool, float, float, str]:
-    """allclose at the dtype's tolerance; also the max abs and relative error."""
+def compare(out, ref, tolerance: dict | None = None) -> tuple[bool, float, float, str]:
+    """allclose at the dtype's tolerance (`tolerance` overrides some); also the max abs and relative error."""
     if not isinstance(out, torch.Tensor) or out.shape != ref.shape or out.dtype != ref.dtype:
         got = (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out).__name__
         return False, float("inf"), float("inf"), f"output {got} != reference {(tuple(ref.shape), ref.dtype)}"
-    tol = TOLERANCE.get(ref.dtype, 0.0)
+    tol = {**TOLERANCE, **(tolerance or {})}.get(ref.dtype, 0.0)
     o, r = out.double(), ref.double()
     diff = (o - r).abs()
     max_abs = float(diff.nan_to_num(nan=float("inf")).max()) if diff.numel() else 0.0
@@ -82,7 +82,18 @@ def _l2_bytes() -> int:
     return getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
 
 
-def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True) -> FirstCheck:
+def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True, tf32: bool = False) -> FirstCheck:
+    """Correct on `trials` fresh inputs, then eager/torch.compile/ModelNew times. `tf32`: the file was
+    compiled with --precision tf32, so all three run with TF32 allowed and fp32 is held to 1e-3."""
+    was = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        return _first_check(problem, path, trials, timing, {torch.float32: 1e-3} if tf32 else {})
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = was
+
+
+def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolerance: dict) -> FirstCheck:
     report = FirstCheck()
     start = time.perf_counter()
     module = load_module(Path(path), Path(path).read_text(), prefix="torchweld_new")
@@ -101,7 +112,7 @@ def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = Tr
             got = _outputs(new(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
             torch.cuda.synchronize()
             for o, w in zip(got, want):
-                ok, max_abs, rel, why = compare(o, w)
+                ok, max_abs, rel, why = compare(o, w, tolerance)
                 report.max_abs, report.rel = max(report.max_abs, max_abs), max(report.rel, rel)
                 if not ok:
                     report.ok = False

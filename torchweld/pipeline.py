@@ -20,6 +20,8 @@ class Options:
 
     dump: bool = False  # keep the graph after every pass (for `explain`)
     seed: int = 0  # RNG seed for building the model whose graph is captured
+    precision: str = "fp32"  # or "tf32": cuBLAS/cuDNN may use TF32 for fp32 data (said in the file's header)
+    layout_plan: bool = True  # convolutions run in the layout measured fastest at their first call
 
 
 @dataclass
@@ -46,7 +48,7 @@ def compile_problem(problem: Problem, options: Options = Options()) -> Result:
     dumps: list[tuple[str, Graph]] = [("capture", captured)]
     simplified = simplify(captured, dump=(lambda name, g: dumps.append((name, g))) if options.dump else None)
     the_plan = plan(simplified)
-    source = emit(the_plan, problem.source, problem.name)
+    source = emit(the_plan, problem.source, problem.name, options.layout_plan, options.precision)
     return Result(problem, captured, simplified, the_plan, source, dumps)
 
 

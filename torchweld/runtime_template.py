@@ -46,3 +46,72 @@ _tw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
 def _tw_fail(kernel, err):
     raise RuntimeError(f"torchweld {kernel}: CUDA error {err}: {_LIB.tw_error_string(err).decode()}")
 '''
+
+# NOTE: pasted into files with a convolution. Layout and algorithm planning: each convolution site
+# runs in the memory format (PyTorch's NCHW, or channels-last) and cuDNN mode (heuristic pick, or
+# cudnn.benchmark's measured pick) that was measured fastest for its shape, once per process.
+# The result is converted back to NCHW at once, so every later step sees the original's layout.
+CONV_RUNTIME = r'''
+def _tw_conv_run(x, w, args, cfg):
+    fmt, bench = cfg
+    if fmt is not None:
+        x = x.contiguous(memory_format=fmt)
+    if bench:
+        was = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            out = torch.ops.aten.convolution.default(x, w, *args)
+        finally:
+            torch.backends.cudnn.benchmark = was
+    else:
+        out = torch.ops.aten.convolution.default(x, w, *args)
+    return out if fmt is None else out.contiguous()
+
+
+def _tw_pick(x, w, args, fmt):
+    """Time each (memory format, cudnn.benchmark) pair with CUDA events; keep the default unless
+    another is at least 5% faster."""
+    configs = [(None, False), (None, True)] + ([(fmt, False), (fmt, True)] if fmt is not None else [])
+    if torch.cuda.is_current_stream_capturing():
+        return configs[0]
+    times = []
+    for cfg in configs:
+        wc = w if cfg[0] is None else w.contiguous(memory_format=cfg[0])
+        for _ in range(2):  # warm-up: cudnn.benchmark measures its algorithms on the first call
+            _tw_conv_run(x, wc, args, cfg)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            _tw_conv_run(x, wc, args, cfg)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    best = min(range(len(configs)), key=times.__getitem__)
+    return configs[best] if times[best] < 0.95 * times[0] else configs[0]
+
+
+def _tw_conv(module, site, x, w, *args):
+    """aten.convolution at one site, in its measured layout; the weight is converted once per
+    version (an in-place update or load_state_dict bumps it) and kept beside the module."""
+    plans = module.__dict__.setdefault("_tw_conv_plans", {})
+    plan = plans.get(site)
+    if plan is None:
+        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+        plan = plans[site] = [_tw_pick(x, w, args, fmt), None]
+    cfg, packed = plan
+    if cfg[0] is None:
+        return _tw_conv_run(x, w, args, cfg)
+    key = (id(w), w.data_ptr(), w._version)
+    if packed is None or packed[0] != key:
+        packed = plan[1] = (key, w.contiguous(memory_format=cfg[0]))
+    return _tw_conv_run(x, packed[1], args, cfg)
+'''
+
+# NOTE: pasted into files compiled with `--precision tf32` only.
+TF32_RUNTIME = r'''
+def _tw_tf32(flags):
+    """Set (cuBLAS, cuDNN) TF32 permission; returns the settings it replaced."""
+    was = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+    return was
+'''

@@ -54,3 +54,48 @@ def test_matches_eager(problem, built):
     assert problem not in errors, errors.get(problem)
     report = first_check(load_problem(problem), paths[problem], trials=5, timing=False)
     assert report.ok, report.text()
+
+
+def _new_and_ref(problem_path, tmp_path, **options):
+    from torchweld.pipeline import Options
+
+    problem = load_problem(problem_path)
+    path = tmp_path / "new.py"
+    path.write_text(compile_problem(problem, Options(**options)).source)
+    module = load_module(path, path.read_text(), prefix="tw_gpu_opt")
+    ref = problem.build_model(0).cuda()
+    new = module.ModelNew(*problem.init_inputs()).cuda()
+    new.load_state_dict(ref.state_dict())
+    return problem, ref, new
+
+
+def test_layout_plan_repacks_weights_after_load_state_dict(tmp_path):
+    """A convolution planned in channels-last keeps a converted weight: new weights must re-pack it."""
+    problem, ref, new = _new_and_ref(ROOT / "problems" / "conv" / "conv2d_glu.py", tmp_path)
+    x = [t.cuda() for t in problem.inputs()]
+    with torch.no_grad():
+        assert torch.allclose(new(*x), ref(*x), atol=1e-4, rtol=1e-4)  # first call: the layout is measured
+        assert new._tw_conv_plans[0][0] in ((None, False), (None, True), (torch.channels_last, False),
+                                            (torch.channels_last, True))
+        other = problem.build_model(1).cuda()
+        new.load_state_dict(other.state_dict())
+        assert torch.allclose(new(*x), other(*x), atol=1e-4, rtol=1e-4)
+        new.conv.weight.mul_(0.5)  # an in-place update bumps the version
+        other.conv.weight.mul_(0.5)
+        assert torch.allclose(new(*x), other(*x), atol=1e-4, rtol=1e-4)
+
+
+def test_precision_tf32_matches_a_tf32_reference(tmp_path):
+    problem, ref, new = _new_and_ref(ROOT / "problems" / "matmul" / "linear_gelu_tanh.py", tmp_path,
+                                     precision="tf32")
+    was = torch.backends.cuda.matmul.allow_tf32
+    x = [t.cuda() for t in problem.inputs()]
+    with torch.no_grad():
+        got = new(*x)
+        assert torch.backends.cuda.matmul.allow_tf32 == was  # flags are put back
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            want = ref(*x)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = was
+    assert torch.allclose(got, want, atol=1e-3, rtol=1e-3)
