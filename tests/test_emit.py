@@ -143,7 +143,7 @@ def test_convolutions_get_layout_planning_unless_turned_off():
     assert "= _tw_conv(self, 0, x, self.conv.weight, self.conv.bias," in src and "def _tw_pick(" in src
     assert "Layout: each convolution runs in NCHW or channels-last" in src
     off = compile_problem(problem, Options(layout_plan=False)).source
-    assert "_tw_conv" not in off and "torch.ops.aten.convolution.default(x, self.conv.weight" in off
+    assert "_tw_conv" not in off and "torch.convolution(x, self.conv.weight" in off
     plain = _emit(ROOT / "problems" / "matmul" / "linear_gelu_tanh.py")
     assert "_tw_conv" not in plain and "Layout:" not in plain  # no convolution: nothing to plan
 

@@ -99,3 +99,20 @@ def test_counter_update_becomes_one_in_place_add():
     g = in_place_update(Graph(nodes=(p, add, copy), outputs=()))
     assert [n.target for n in g.nodes] == ["bn.num_batches_tracked", "aten.add_.Tensor"]
     assert g.nodes[1].args == (Ref("p5"), 1)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda s, x: torch.where(x > 0.1, x, torch.zeros_like(x)),
+    lambda s, x: torch.maximum(x, torch.full_like(x, -0.5)) * torch.ones_like(x),
+    lambda s, x: (x > torch.zeros_like(x)).float() + x,
+])
+def test_fill_tensors_become_numbers(fn):
+    """zeros_like/ones_like/full_like read by a pointwise op turn into constants: one kernel, same values."""
+    from helpers import run
+
+    x = special_values((6, 7))
+    captured, simplified = graphs(fn, x)
+    assert not any("_like" in n.target for n in simplified.nodes)
+    want = fn(None, x)
+    got = run(simplified, {}, [x])
+    assert torch.equal(torch.nan_to_num(got, 7.0), torch.nan_to_num(want, 7.0))

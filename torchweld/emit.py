@@ -83,9 +83,36 @@ class _Names:
         return repr(a)
 
 
+# Aten calls written as PyTorch's own Python API: `torch.ops.aten.X.overload(...)` parses its
+# arguments against the schema in Python, 2-4 us more per call than the C++-bound function, which
+# is as much as a small kernel's run. Each entry: (method or function, positional args it takes).
+_PYTHON_API = {
+    "aten.view.default": (".view", 2), "aten._unsafe_view.default": (".view", 2),
+    "aten.reshape.default": (".reshape", 2), "aten.t.default": (".t", 1),
+    "aten.permute.default": (".permute", 2), "aten.transpose.int": (".transpose", 3),
+    "aten.expand.default": (".expand", 2), "aten.unsqueeze.default": (".unsqueeze", 2),
+    "aten.squeeze.dim": (".squeeze", 2), "aten.clone.default": (".clone", 1),
+    "aten.add_.Tensor": (".add_", 2), "aten.mm.default": ("torch.mm", 2), "aten.bmm.default": ("torch.bmm", 2),
+    "aten.addmm.default": ("torch.addmm", 3), "aten.convolution.default": ("torch.convolution", 9),
+    "aten.scaled_dot_product_attention.default": ("F.scaled_dot_product_attention", 6),
+}
+
+
+def _aten_call(n: Node, names: _Names) -> str:
+    """`n`'s aten call as Python: the C++-bound API where it is known, else torch.ops."""
+    args = [names.expr(a) for a in n.args]
+    kwargs = [f"{k}={names.expr(v)}" for k, v in n.attrs]
+    api = _PYTHON_API.get(n.target)
+    if api is not None and len(args) <= api[1] and (api[0] != ".clone" or not kwargs):
+        fn, _ = api
+        if fn.startswith("."):
+            return f"{args[0]}{fn}({', '.join(args[1:] + kwargs)})"
+        return f"{fn}({', '.join(args + kwargs)})"
+    return f"torch.ops.{n.target}({', '.join(args + kwargs)})"
+
+
 def _aten_line(n: Node, names: _Names) -> str:
-    args = [names.expr(a) for a in n.args] + [f"{k}={names.expr(v)}" for k, v in n.attrs]
-    return f"{n.name} = torch.ops.{n.target}({', '.join(args)})"
+    return f"{n.name} = {_aten_call(n, names)}"
 
 
 def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, tf32: bool) -> list[str]:

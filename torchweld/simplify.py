@@ -9,7 +9,7 @@ import math
 from dataclasses import replace
 from typing import Callable
 
-from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref, format_node, map_refs
+from torchweld.ir import COMPARISONS, FLOAT_DTYPES, Graph, Node, Ref, broadcasts_to, format_node, map_refs
 
 Rewrite = Callable[[Node, "Ctx"], "Node | Ref | None"]
 
@@ -69,6 +69,38 @@ def _identity(n: Node, ctx: Ctx):
     if n.op == "relu" and inner is not None and inner.op == "relu":  # relu(relu(x)) -> relu(x)
         return a[0]
     return None
+
+
+_FILLS = {"aten.zeros_like.default": 0.0, "aten.ones_like.default": 1.0, "aten.zeros.default": 0.0,
+          "aten.ones.default": 1.0, "aten.full_like.default": None, "aten.full.default": None}
+
+
+def _fill_value(m: Node | None):
+    """The number a fill call (zeros_like, full, ...) writes everywhere, or None."""
+    if m is None or m.op != "aten" or m.target not in _FILLS:
+        return None
+    value = _FILLS[m.target]
+    if value is None:
+        value = m.args[1] if len(m.args) > 1 else None
+    return float(value) if _const(value) or isinstance(value, bool) else None
+
+
+def _fill_constants(n: Node, ctx: Ctx):
+    """where(c, x, zeros_like(x)) -> where(c, x, 0.0): a tensor that holds one number everywhere is
+    that number, when it has the dtype the op computes in and broadcasts to its shape."""
+    if not n.is_pointwise or not (_float(n) or n.op in COMPARISONS):
+        return None
+    args, changed = list(n.args), False
+    for i, a in enumerate(args):
+        m = ctx.node(a)
+        value = _fill_value(m)
+        if value is None or not broadcasts_to(tuple(m.shape), tuple(n.shape)):
+            continue
+        others = [ctx.node(b) for j, b in enumerate(args) if j != i and isinstance(b, Ref)]
+        want = n.dtype if n.op not in COMPARISONS else (others[0].dtype if others and others[0] else None)
+        if m.dtype == want and (n.op != "where" or i > 0):
+            args[i], changed = value, True
+    return replace(n, args=tuple(args)) if changed else None
 
 
 def _canonical(n: Node, ctx: Ctx):
@@ -187,7 +219,7 @@ PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("dead_code", dead_code),
     ("fold_library_bias", fold_library_bias),
     ("in_place", in_place_update),
-    ("canonical", lambda g: apply_rules(g, [_identity, _canonical], "rule")),
+    ("canonical", lambda g: apply_rules(g, [_fill_constants, _identity, _canonical], "rule")),
     ("cse", cse),
     ("collect_linear", collect_linear),
     ("canonical2", lambda g: apply_rules(g, [_identity, _canonical], "rule")),
