@@ -38,7 +38,8 @@ def test_seed000_file_says_what_it_does():
     assert "load_inline" in src and "no_implicit_headers" in src
     assert "torch/extension.h" not in src  # the CUDA source is free of PyTorch headers
     assert "tw_vec<float, 4>" in src  # 16-byte vector loads and stores
-    assert "_tw_conv(self, 0, x, self.conv_transpose.weight, None," in src  # bias joins the kernel
+    assert "_tw_conv(self, 0, x, p1, None," in src  # bias joins the kernel
+    assert "p1 = self._modules['conv_transpose']._parameters['weight']" in src
     assert "fmaf(v4, 2.0f, p0)" in src and "cudaGetLastError" in src
     assert "current_stream" in src
     assert "import torchweld" not in src and "from torchweld" not in src
@@ -127,9 +128,11 @@ def test_guard_covers_parameters_and_wrappers_stay_short():
     so the per-kernel wrappers only lay operands out: no per-call check function on the hot path."""
     src = _emit(SEEDS / "seed000_convt3d_bias_residual.py")
     guard = src[src.index("    def forward"):src.index("return self._tw_general")]
-    for p in ("self.bias", "self.conv_transpose.bias"):
+    assert "p2 = self._modules['conv_transpose']._parameters['bias']" in guard
+    assert "p0 = self._parameters['bias']" in guard
+    for p in ("p0", "p2"):
         assert f"{p}.dtype != torch.float32 or {p}.get_device() != x.get_device()" in guard
-    assert "self.conv_transpose.weight" not in guard  # read by cuDNN only, which checks it itself
+    assert "p1.dtype" not in guard  # the weight is read by cuDNN only, which checks it itself
     wrapper = src[src.index("def _k0("):src.index("class ModelNew")]
     assert "_tw_check" not in wrapper and "torch.empty_like(a_v4_lib, memory_format=torch.contiguous_format)" in wrapper
     assert "if err:" in wrapper
@@ -140,10 +143,10 @@ def test_convolutions_get_layout_planning_unless_turned_off():
 
     problem = load_problem(ROOT / "problems" / "conv" / "conv2d_glu.py")
     src = compile_problem(problem).source
-    assert "= _tw_conv(self, 0, x, self.conv.weight, self.conv.bias," in src and "def _tw_pick(" in src
+    assert "= _tw_conv(self, 0, x, p0, p1," in src and "def _tw_pick(" in src
     assert "Layout: each convolution runs in NCHW or channels-last" in src
     off = compile_problem(problem, Options(layout_plan=False)).source
-    assert "_tw_conv" not in off and "torch.convolution(x, self.conv.weight" in off
+    assert "_tw_conv" not in off and "torch.convolution(x, p0, p1," in off
     plain = _emit(ROOT / "problems" / "matmul" / "linear_gelu_tanh.py")
     assert "_tw_conv" not in plain and "Layout:" not in plain  # no convolution: nothing to plan
 

@@ -182,10 +182,13 @@ def _forward_arg_names(model, n: int) -> list[str]:
 def capture(model: torch.nn.Module, inputs: list, filename: str | None = None) -> Graph:
     """Trace `model(*inputs)` with fake tensors and convert the aten graph to the IR."""
     gm, state_names, arg_names = trace_aten(model, inputs)
-    return from_fx(gm, state_names, arg_names, filename, inputs)
+    buffers = frozenset(name for name, _ in model.named_buffers(remove_duplicate=False))
+    return from_fx(gm, state_names, arg_names, filename, inputs, buffers)
 
 
-def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inputs=None) -> Graph:
+def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inputs=None,
+            buffers: frozenset = frozenset()) -> Graph:
+    """`buffers`: the state names that are buffers (their param nodes get the attr buffer=True)."""
     names: dict[torch.fx.Node, str] = {}
     nodes: list[Node] = []
     placeholders = 0
@@ -208,7 +211,8 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             placeholders += 1
             shape, dtype = meta(n)
             if i < len(state_names):
-                node = Node(f"p{i}", "param", (), shape, dtype, target=state_names[i], stride=stride(n))
+                node = Node(f"p{i}", "param", (), shape, dtype, target=state_names[i], stride=stride(n),
+                            attrs=(("buffer", True),) if state_names[i] in buffers else ())
             else:
                 k = i - len(state_names)
                 node = Node(f"x{k}", "input", (), shape, dtype, target=arg_names[k], stride=stride(n))
@@ -291,7 +295,7 @@ def device_neutral(graph: Graph) -> Graph:
                             readers[0].shape if readers else (), readers[0].dtype if readers else n.dtype,
                             target="aten.scaled_dot_product_attention.default",
                             attrs=(("scale", kw.get("scale")),), origin=n.origin,
-                            stride=readers[0].stride if readers else ()))
+                            stride=_cuda_attention_stride(readers[0].shape) if readers else ()))
             alias.update({r.name: name for r in readers})
             continue
         if n.op == "aten" and any(tag in n.target for tag in _CPU_ONLY):
@@ -301,6 +305,16 @@ def device_neutral(graph: Graph) -> Graph:
         out.append(replace(n, args=_rename(n.args, alias)) if alias else n)
     outputs = tuple(alias.get(o, o) for o in graph.outputs)
     return replace(graph, nodes=tuple(out), outputs=outputs)
+
+
+def _cuda_attention_stride(shape: tuple) -> tuple:
+    """The strides CUDA attention returns: its kernels write [B, S, H, D] and hand back the
+    [B, H, S, D] transpose (the CPU trace's strides differ, and a kernel built for those would
+    make every call copy the output first)."""
+    if len(shape) != 4:
+        return ()
+    b, h, s, d = shape
+    return (s * h * d, d, h * d, 1)
 
 
 def _rename(args, alias):

@@ -63,7 +63,7 @@ class _Names:
         if isinstance(a, Ref):
             n = self.nodes[a]
             if n.op == "param":
-                return f"self.{n.target}"
+                return n.name  # fetched once at the top of forward (`_state_path`)
             if n.op == "input":
                 return n.target
             return str(a)
@@ -111,6 +111,19 @@ def _aten_call(n: Node, names: _Names) -> str:
     return f"torch.ops.{n.target}({', '.join(args + kwargs)})"
 
 
+def _module_path(dotted: str) -> str:
+    """`self._modules['a']._modules['b']` for module path "a.b": dict lookups, where `self.a.b`
+    runs nn.Module.__getattr__ in Python twice (about a microsecond each, on every call)."""
+    return "self" + "".join(f"._modules[{part!r}]" for part in dotted.split(".") if part)
+
+
+def _state_path(n: Node) -> str:
+    """The expression that fetches parameter or buffer `n` from the module, fast."""
+    owner, _, leaf = n.target.rpartition(".")
+    table = "_buffers" if n.attr("buffer") else "_parameters"
+    return f"{_module_path(owner)}.{table}[{leaf!r}]"
+
+
 def _aten_line(n: Node, names: _Names) -> str:
     return f"{n.name} = {_aten_call(n, names)}"
 
@@ -120,6 +133,9 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
     sites: dict[str, int] = {}  # convolution node -> its layout-planning site
     names = _Names(graph)
     nodes = graph.by_name()
+    used = {a for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
+                                                 (nodes[step].inputs() if step in nodes else ()))}
+    state = [n for n in graph.nodes if n.op == "param" and n.name in used]
     tensors = [n for n in inputs if n.attr("value") is None]
     conds = [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
     conds += [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]
@@ -130,10 +146,13 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
         conds += [f"{p}.dtype != torch.{nodes[r].dtype} or {p}.get_device() != {first}.get_device()"
                   for r, p in _kernel_params(plan)]
     modes = _norm_modes(graph)
-    conds += [f"{m}.training is not {t}" for m, t in modes]
+    conds += [f"{_module_path(m)}.training is not {t}" for m, t in modes]
     guard = "\n                or ".join(conds) or "False"
     arg_names = ", ".join(n.target for n in inputs)
     body = [f"    def forward({signature}):",
+            *([f"        # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight`"
+               " costs microseconds)."] if state else []),
+            *[f"        {n.name} = {_state_path(n)}  # self.{n.target}" for n in state],
             "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
             f"        if ({guard}):",
             f"            return self._tw_general({arg_names})"]
@@ -198,7 +217,7 @@ def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
         training = any(m.op == "batch_norm" or (m.target == "aten.native_batch_norm.default" and bool(m.args[5]))
                        for m in readers)
         path = n.target.rsplit(".", 1)[0] if "." in n.target else ""
-        out.append(("self" + (f".{path}" if path else ""), training))
+        out.append((path, training))
     return out
 
 

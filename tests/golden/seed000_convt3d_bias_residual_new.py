@@ -237,15 +237,19 @@ class ModelNew(nn.Module):
         self.bias = nn.Parameter(torch.randn(bias_shape))
 
     def forward(self, x):
+        # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight` costs microseconds).
+        p0 = self._parameters['bias']  # self.bias
+        p1 = self._modules['conv_transpose']._parameters['weight']  # self.conv_transpose.weight
+        p2 = self._modules['conv_transpose']._parameters['bias']  # self.conv_transpose.bias
         # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.
         if (x.shape != (16, 32, 16, 32, 32) or x.dtype != torch.float32
                 or not x.is_cuda or x.get_device() != torch.cuda.current_device()
-                or self.conv_transpose.bias.dtype != torch.float32 or self.conv_transpose.bias.get_device() != x.get_device()
-                or self.bias.dtype != torch.float32 or self.bias.get_device() != x.get_device()):
+                or p2.dtype != torch.float32 or p2.get_device() != x.get_device()
+                or p0.dtype != torch.float32 or p0.get_device() != x.get_device()):
             return self._tw_general(x)
-        v4_lib = _tw_conv(self, 0, x, self.conv_transpose.weight, None, [2, 2, 2], [1, 1, 1], [1, 1, 1], True, [1, 1, 1], 1)  # library
-        v4_bias = self.conv_transpose.bias.view([64, 1, 1, 1])
-        v8, = _k0(v4_lib, v4_bias, self.bias)  # v4 = add(v4_lib, v4_bias); v6 = fma(v4, 2.0, p0); v8 = fma(v6, v4, v4)
+        v4_lib = _tw_conv(self, 0, x, p1, None, [2, 2, 2], [1, 1, 1], [1, 1, 1], True, [1, 1, 1], 1)  # library
+        v4_bias = p2.view([64, 1, 1, 1])
+        v8, = _k0(v4_lib, v4_bias, p0)  # v4 = add(v4_lib, v4_bias); v6 = fma(v4, 2.0, p0); v8 = fma(v6, v4, v4)
         return v8
 
     # The original forward, for inputs the kernels were not built for.

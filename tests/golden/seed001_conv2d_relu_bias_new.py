@@ -231,15 +231,19 @@ class ModelNew(nn.Module):
         self.bias = nn.Parameter(torch.randn(bias_shape))
 
     def forward(self, x):
+        # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight` costs microseconds).
+        p0 = self._parameters['bias']  # self.bias
+        p1 = self._modules['conv']._parameters['weight']  # self.conv.weight
+        p2 = self._modules['conv']._parameters['bias']  # self.conv.bias
         # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.
         if (x.shape != (128, 64, 128, 128) or x.dtype != torch.float32
                 or not x.is_cuda or x.get_device() != torch.cuda.current_device()
-                or self.conv.bias.dtype != torch.float32 or self.conv.bias.get_device() != x.get_device()
-                or self.bias.dtype != torch.float32 or self.bias.get_device() != x.get_device()):
+                or p2.dtype != torch.float32 or p2.get_device() != x.get_device()
+                or p0.dtype != torch.float32 or p0.get_device() != x.get_device()):
             return self._tw_general(x)
-        v4_lib = _tw_conv(self, 0, x, self.conv.weight, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)  # library
-        v4_bias = self.conv.bias.view([128, 1, 1])
-        v6, = _k0(v4_lib, v4_bias, self.bias)  # v4 = add(v4_lib, v4_bias); v5 = relu(v4); v6 = add(v5, p0)
+        v4_lib = _tw_conv(self, 0, x, p1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)  # library
+        v4_bias = p2.view([128, 1, 1])
+        v6, = _k0(v4_lib, v4_bias, p0)  # v4 = add(v4_lib, v4_bias); v5 = relu(v4); v6 = add(v5, p0)
         return v6
 
     # The original forward, for inputs the kernels were not built for.
