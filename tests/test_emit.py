@@ -171,3 +171,15 @@ def test_glu_is_traced_as_two_views_and_one_kernel():
     ops = [result.plan.graph.by_name()[m].op for m in k.nodes]
     assert ops == ["sigmoid", "mul"]
     assert result.source.count("torch.ops.aten.slice.Tensor(v3, 1,") == 2
+
+
+def test_cuda_graph_option_states_its_terms_and_refuses_in_place_updates():
+    from torchweld.pipeline import Options
+
+    src = compile_problem(load_problem(ROOT / "problems" / "reduce" / "linear_center_rows.py"),
+                          Options(cuda_graph=True)).source
+    assert "return _tw_graphed(self, (x,), (p0, p1), self._tw_fast)" in src
+    assert "def _tw_fast(self, x, p0, p1):" in src and "CUDA graph (asked for)" in src
+    bn = compile_problem(load_problem(ROOT / "problems" / "norm" / "conv2d_batchnorm_relu.py"),
+                         Options(cuda_graph=True)).source
+    assert "_tw_graphed" not in bn and "CUDA graph: asked for but not used: it updates buffers in place" in bn

@@ -16,7 +16,8 @@ def _compile(args) -> int:
     out = Path(args.output) if args.output else Path("out") / f"{problem.name}_new.py"
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        result = compile_problem(problem, Options(precision=args.precision, layout_plan=not args.no_layout_plan))
+        result = compile_problem(problem, Options(precision=args.precision, layout_plan=not args.no_layout_plan,
+                                                  cuda_graph=args.cuda_graph))
     except ProblemError:
         raise
     except Exception as e:  # still write a correct file: the original forward
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "TF32 matrix units for fp32 data (faster; the file's header says so)")
     c.add_argument("--no-layout-plan", action="store_true",
                    help="run convolutions as the original does instead of in the layout measured fastest")
+    c.add_argument("--cuda-graph", action="store_true",
+                   help="replay the fast path as a CUDA graph (one launch; for forwards that launch many small "
+                        "kernels; its terms are written in the file's header)")
     c.set_defaults(func=_compile)
     e = sub.add_parser("explain", help="show the captured graph, the rewrites and the kernel plan")
     e.add_argument("problem")

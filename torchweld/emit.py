@@ -12,7 +12,7 @@ from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
-from torchweld.runtime_template import CONV_RUNTIME, RUNTIME, TF32_RUNTIME
+from torchweld.runtime_template import CONV_RUNTIME, GRAPH_RUNTIME, RUNTIME, TF32_RUNTIME
 
 CONV = "aten.convolution.default"
 PRECISIONS = ("fp32", "tf32")
@@ -128,7 +128,8 @@ def _aten_line(n: Node, names: _Names) -> str:
     return f"{n.name} = {_aten_call(n, names)}"
 
 
-def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, tf32: bool) -> list[str]:
+def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, tf32: bool,
+             cuda_graph: bool = False) -> list[str]:
     graph = plan.graph
     sites: dict[str, int] = {}  # convolution node -> its layout-planning site
     names = _Names(graph)
@@ -150,7 +151,7 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
     guard = "\n                or ".join(conds) or "False"
     arg_names = ", ".join(n.target for n in inputs)
     body = [f"    def forward({signature}):",
-            *([f"        # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight`"
+            *(["        # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight`"
                " costs microseconds)."] if state else []),
             *[f"        {n.name} = {_state_path(n)}  # self.{n.target}" for n in state],
             "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
@@ -182,12 +183,32 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
             body.append(f"        {n.name} = {torch_expr(n, args)}")
     outs = [names.expr(Ref(o)) for o in graph.outputs]
     body.append(f"        return {outs[0] if graph.single_output else '(' + ', '.join(outs) + ',)'}")
+    start = body.index(f"            return self._tw_general({arg_names})") + 1
     if tf32:  # the fast path runs with TF32 allowed in cuBLAS and cuDNN, and puts the flags back after
-        start = body.index(f"            return self._tw_general({arg_names})") + 1
         body[start:] = (["        _tw_was = _tw_tf32((True, True))", "        try:"]
                         + ["    " + line for line in body[start:]]
                         + ["        finally:", "            _tw_tf32(_tw_was)"])
+    if cuda_graph:  # the fast path becomes a method, replayed as a CUDA graph
+        fast_args = ", ".join([n.target for n in inputs] + [n.name for n in state])
+        ins = ", ".join(n.target for n in inputs) + ("," if len(inputs) == 1 else "")
+        st = ", ".join(n.name for n in state) + ("," if len(state) == 1 else "")
+        fast = body[start:]
+        body[start:] = [f"        return _tw_graphed(self, ({ins}), ({st}), self._tw_fast)", "",
+                        f"    def _tw_fast(self, {fast_args}):",
+                        '        """The fast path, captured once as a CUDA graph by `_tw_graphed`."""', *fast]
     return body
+
+
+def graph_blockers(graph: Graph) -> list[str]:
+    """Why the forward cannot be replayed as a CUDA graph (empty: it can)."""
+    why = []
+    if any(n.op == "aten" and n.target.split(".")[1].endswith("_") for n in graph.nodes):
+        why.append("it updates buffers in place (a replayed warm-up would update them again)")
+    if any(n.op == "batch_norm" for n in graph.nodes):
+        why.append("a training-mode batch norm updates its running statistics")
+    if not any(n.op == "input" and n.attr("value") is None for n in graph.nodes):
+        why.append("it takes no tensor input")
+    return why
 
 
 def _kernel_params(plan: Plan) -> list[tuple[str, str]]:
@@ -313,7 +334,8 @@ def _stride_spec(n: Node):
     return None if is_contiguous(n) else tuple(n.stride)
 
 
-def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str) -> str:
+def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cuda_graph: bool = False,
+            blockers: list[str] = ()) -> str:
     graph = plan.graph
     nodes = graph.by_name()
     lib = [nodes[s] for s in plan.steps if s in nodes and nodes[s].op == "aten"]
@@ -348,16 +370,26 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str) ->
     if layout_plan:
         lines.append("Layout: each convolution runs in NCHW or channels-last, cuDNN's heuristic or benchmarked "
                      "algorithm, whichever was measured fastest at its first call (`_tw_conv`).")
+    if cuda_graph:
+        lines += ["CUDA graph (asked for): the fast path is captured at its first call and replayed: inputs are",
+                  "copied into the captured buffers and the output is cloned (each call returns a new tensor).",
+                  "Terms: parameters are read where they lived at capture (moving one, e.g. .to(), captures",
+                  "again; in-place updates are seen); no other stream may use the captured buffers meanwhile."]
+    elif blockers:
+        lines.append("CUDA graph: asked for but not used: " + "; ".join(blockers) + ".")
     lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]
     return '"""' + "\n".join(lines) + '\n"""'
 
 
-def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, precision: str = "fp32") -> str:
+def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, precision: str = "fp32",
+         cuda_graph: bool = False) -> str:
     """The ModelNew file for `plan`, keeping the problem's constructor and forward signature.
 
     `layout_plan`: each convolution runs in the layout and cuDNN mode measured fastest at its first call.
     `precision`: "fp32" keeps fp32 math wherever the reference has it; "tf32" lets cuBLAS and cuDNN
-    use TF32 matrix units (faster, about 1e-3 relative error), and the header says so."""
+    use TF32 matrix units (faster, about 1e-3 relative error), and the header says so.
+    `cuda_graph`: the fast path is captured once and replayed as a CUDA graph (one launch instead of
+    one per kernel), where `graph_blockers` finds nothing against it; the header states its terms."""
     if precision not in PRECISIONS:
         raise EmitError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     keep, model, lines = _source_parts(source)
@@ -369,9 +401,11 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
         raise EmitError("forward takes *args or **kwargs: not supported")
     signature = ast.unparse(fwd.args)
     layout_plan = layout_plan and any(n.target == CONV for n in plan.graph.nodes)
+    blockers = graph_blockers(plan.graph) if cuda_graph else []
+    cuda_graph = cuda_graph and not blockers
     inputs = [n for n in plan.graph.nodes if n.op == "input"]
     cuda = module_source(list(plan.kernels), plan.graph)
-    out = [_header(plan, problem_name, layout_plan, precision), "import ctypes", "import hashlib", "import inspect", "",
+    out = [_header(plan, problem_name, layout_plan, precision, cuda_graph, blockers), "import ctypes", "import hashlib", "import inspect", "",
            "import torch", "import torch.nn as nn", "import torch.nn.functional as F", ""]
     out += [s for s in keep if s.strip() and s.strip() not in out]
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) for k in plan.kernels}
@@ -380,6 +414,8 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
         out += ["", CONV_RUNTIME.strip(), ""]
     if precision == "tf32":
         out += ["", TF32_RUNTIME.strip(), ""]
+    if cuda_graph:
+        out += ["", GRAPH_RUNTIME.strip(), ""]
     out += [_wrapper(k, plan.graph) + "\n\n" for k in plan.kernels]
     out.append("class ModelNew(nn.Module):")
     doc = ast.get_docstring(model)
@@ -388,7 +424,7 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
     for name, f in methods.items():
         if name != "forward":
             out.append(_method_source(lines, f) + "\n")
-    out += _forward(plan, inputs, signature, layout_plan, precision == "tf32")
+    out += _forward(plan, inputs, signature, layout_plan, precision == "tf32", cuda_graph)
     out.append("")
     out.append("    # The original forward, for inputs the kernels were not built for.")
     out.append(_method_source(lines, fwd, "_tw_general"))

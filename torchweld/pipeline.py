@@ -22,6 +22,7 @@ class Options:
     seed: int = 0  # RNG seed for building the model whose graph is captured
     precision: str = "fp32"  # or "tf32": cuBLAS/cuDNN may use TF32 for fp32 data (said in the file's header)
     layout_plan: bool = True  # convolutions run in the layout measured fastest at their first call
+    cuda_graph: bool = False  # replay the fast path as a CUDA graph (terms in the file's header)
 
 
 @dataclass
@@ -48,7 +49,7 @@ def compile_problem(problem: Problem, options: Options = Options()) -> Result:
     dumps: list[tuple[str, Graph]] = [("capture", captured)]
     simplified = simplify(captured, dump=(lambda name, g: dumps.append((name, g))) if options.dump else None)
     the_plan = plan(simplified)
-    source = emit(the_plan, problem.source, problem.name, options.layout_plan, options.precision)
+    source = emit(the_plan, problem.source, problem.name, options.layout_plan, options.precision, options.cuda_graph)
     return Result(problem, captured, simplified, the_plan, source, dumps)
 
 

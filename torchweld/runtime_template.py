@@ -124,3 +124,30 @@ def _tw_tf32(flags):
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
     return was
 '''
+
+# NOTE: pasted into files compiled with `--cuda-graph` only.
+GRAPH_RUNTIME = r'''
+def _tw_graphed(module, inputs, state, fast):
+    """Run `fast(*inputs, *state)` as a CUDA graph: captured at the first call (after two warm-up
+    calls, which build, plan layouts and make the libraries' workspaces), captured again when a
+    parameter or buffer has moved; each call copies the inputs in, replays, and clones the output."""
+    key = tuple(t.data_ptr() for t in state)
+    held = module.__dict__.get("_tw_graph")
+    if held is None or held[0] != key:
+        for _ in range(2):
+            fast(*inputs, *state)
+        torch.cuda.current_stream().synchronize()
+        static_in = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = fast(*static_in, *state)
+        held = module.__dict__["_tw_graph"] = (key, graph, static_in, static_out)
+    _, graph, static_in, static_out = held
+    for s, t in zip(static_in, inputs):
+        if isinstance(t, torch.Tensor):
+            s.copy_(t)
+    graph.replay()
+    if isinstance(static_out, tuple):
+        return tuple(o.clone() for o in static_out)
+    return static_out.clone()
+'''
