@@ -1,10 +1,12 @@
 """The first check `torchweld compile` runs on a GPU: build, compare on fresh inputs, time.
 
 The full judge is `torchweld check`; this is the quick look a user gets right after compiling.
+Like the judge, it compares and times under strict fp32 (TF32 off for cuBLAS and cuDNN).
 """
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,7 +84,32 @@ def _l2_bytes() -> int:
     return getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
 
 
+@contextmanager
+def strict_fp32():
+    """TF32 off for cuBLAS and cuDNN (as the judge runs), the previous settings restored after.
+
+    NOTE: a rewrite may change which fp32 values a conv multiplies (the reduce rewrites pool first
+    or sum filters); under TF32 each side then rounds its own operands to 10 bits and the two
+    differ by ~5e-4, past the fp32 tolerance, while both are right to ~1e-6 in strict fp32.
+    """
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+        torch.set_float32_matmul_precision(saved[2])
+
+
 def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True) -> FirstCheck:
+    with strict_fp32():
+        return _first_check(problem, path, trials, timing)
+
+
+def _first_check(problem: Problem, path: Path, trials: int, timing: bool) -> FirstCheck:
     report = FirstCheck()
     start = time.perf_counter()
     module = load_module(Path(path), Path(path).read_text(), prefix="torchweld_new")
