@@ -1,10 +1,12 @@
 """The first check `torchweld compile` runs on a GPU: build, compare on fresh inputs, time.
 
 The full judge is `torchweld check`; this is the quick look a user gets right after compiling.
+Like the judge, it compares and times under strict fp32 (TF32 off for cuBLAS and cuDNN).
 """
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,15 +84,33 @@ def _l2_bytes() -> int:
     return getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
 
 
-def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True, tf32: bool = False) -> FirstCheck:
-    """Correct on `trials` fresh inputs, then eager/torch.compile/ModelNew times. `tf32`: the file was
-    compiled with --precision tf32, so all three run with TF32 allowed and fp32 is held to 1e-3."""
-    was = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+@contextmanager
+def fp32_mode(tf32: bool):
+    """TF32 off for cuBLAS and cuDNN (as the judge runs), or on for files compiled with
+    --precision tf32; the previous settings restored after.
+
+    NOTE: a rewrite may change which fp32 values a conv multiplies (the reduce rewrites pool first
+    or sum filters); under TF32 each side then rounds its own operands to 10 bits and the two
+    differ by ~5e-4, past the fp32 tolerance, while both are right to ~1e-6 in strict fp32.
+    """
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
     try:
-        return _first_check(problem, path, trials, timing, {torch.float32: 1e-3} if tf32 else {})
+        yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = was
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+        torch.set_float32_matmul_precision(saved[2])
+
+
+def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True, tf32: bool = False) -> FirstCheck:
+    """Correct on `trials` fresh inputs, then eager/torch.compile/ModelNew times, all in strict fp32;
+    `tf32`: the file was compiled with --precision tf32, so all three run with TF32 allowed and fp32
+    is held to 1e-3."""
+    with fp32_mode(tf32):
+        return _first_check(problem, path, trials, timing, {torch.float32: 1e-3} if tf32 else {})
 
 
 def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolerance: dict) -> FirstCheck:

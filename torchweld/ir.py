@@ -21,7 +21,7 @@ POINTWISE = UNARY | BINARY | PARAMETRIC | TERNARY
 COMPARISONS = frozenset({"gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not"})
 # Library anchors: what stays a call into cuDNN/cuBLAS through ATen.
 LIBRARY = frozenset({
-    "aten.convolution.default", "aten.mm.default", "aten.bmm.default", "aten.addmm.default",
+    "aten.convolution.default", "aten.mm.default", "aten.mv.default", "aten.bmm.default", "aten.addmm.default",
     "aten.baddbmm.default", "aten.addbmm.default", "aten.matmul.default",
 })
 # Row reductions, softmax and norms: each anchors one kernel of kind "reduce" (codegen/reduce.py)

@@ -2,6 +2,8 @@
 
 Each pass is a pure function Graph -> Graph that appends what it changed to `graph.log`.
 Only floating-point pointwise nodes are rewritten: integer tensors never reach the fuser.
+NOTE: reduce_rewrites.py is the one exception to "every input": it reassociates sums (fp32/fp64
+only), so it holds up to rounding on finite inputs and may turn the reference's inf - inf into inf.
 """
 from __future__ import annotations
 
@@ -215,8 +217,11 @@ from torchweld.algebra import collect_linear  # noqa: E402  (uses the helpers ab
 
 from torchweld.epilogue import fold_library_bias  # noqa: E402
 
+from torchweld.reduce_rewrites import reduce_rewrites  # noqa: E402
+
 PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("dead_code", dead_code),
+    ("reduce_rewrites", reduce_rewrites),  # NOTE: before fold_library_bias, which would move the bias it reads
     ("fold_library_bias", fold_library_bias),
     ("in_place", in_place_update),
     ("canonical", lambda g: apply_rules(g, [_fill_constants, _identity, _canonical], "rule")),
