@@ -95,6 +95,7 @@ _PYTHON_API = {
     "aten.add_.Tensor": (".add_", 2), "aten.mm.default": ("torch.mm", 2), "aten.bmm.default": ("torch.bmm", 2),
     "aten.addmm.default": ("torch.addmm", 3), "aten.convolution.default": ("torch.convolution", 9),
     "aten.scaled_dot_product_attention.default": ("F.scaled_dot_product_attention", 6),
+    "aten.mv.default": ("torch.mv", 2), "aten.sum.dim_IntList": ("torch.sum", 3),
 }
 
 
