@@ -9,6 +9,7 @@ import torch
 
 from torchweld.codegen.kernel import ITEMSIZE, is_contiguous, module_source, operands, vec_class, vector_width
 from torchweld.codegen.ops import py_lit, torch_expr
+from torchweld.codegen.reduce import reduce_launch, reduce_traffic
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
@@ -181,7 +182,16 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
     for o in k.outputs:
         lines.append(f"    out_{o} = torch.empty({tuple(nodes[o].shape)!r}, dtype=torch.{nodes[o].dtype}, device=dev)")
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
-    lines.append(f"    _tw_launch({k.name!r}, _LIB.tw_launch_{k.name}({', '.join(ptrs)}, 0, _tw_stream(dev)))")
+    launch = reduce_launch(k, graph)
+    if launch.workspace:  # NOTE: per call, so that calls on two streams never share partial results
+        lines.append(f"    ws = torch.empty({launch.workspace}, dtype=torch.float32, device=dev)")
+        ptrs.append("ws.data_ptr()")
+    vec = "0"
+    if launch.vec > 1:
+        vec = "int(" + " and ".join(
+            f"{'out_' if n in k.outputs else 'a_'}{n}.data_ptr() % {b} == 0" for n, b in launch.aligned) + ")"
+        vec = vec if launch.aligned else "1"
+    lines.append(f"    _tw_launch({k.name!r}, _LIB.tw_launch_{k.name}({', '.join(ptrs)}, {vec}, _tw_stream(dev)))")
     outs = ", ".join(f"out_{o}" for o in k.outputs)
     lines.append(f"    return {outs}{',' if len(k.outputs) == 1 else ''}")
     return "\n".join(lines)
@@ -242,7 +252,7 @@ def _header(plan: Plan, problem_name: str) -> str:
         ops = ", ".join(nodes[m].op for m in k.nodes)
         if k.kind == "reduce":
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, "
-                         f"{'one pass' if nodes[k.anchor].op in ('sum', 'mean', 'amax', 'amin', 'logsumexp') else 'two reads, one write'})")
+                         f"{reduce_traffic(k, graph)})")
             continue
         lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
     if library:
@@ -271,7 +281,8 @@ def emit(plan: Plan, source: str, problem_name: str) -> str:
     out = [_header(plan, problem_name), "import ctypes", "import hashlib", "import inspect", "",
            "import torch", "import torch.nn as nn", "import torch.nn.functional as F", ""]
     out += [s for s in keep if s.strip() and s.strip() not in out]
-    n_ptrs = {k.name: len(k.inputs) + len(k.outputs) for k in plan.kernels}
+    n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, plan.graph).workspace > 0)
+              for k in plan.kernels}
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
     out += [_wrapper(k, plan.graph) + "\n\n" for k in plan.kernels]
     out.append("class ModelNew(nn.Module):")
