@@ -128,3 +128,65 @@ def test_fp16_rows(tmp_path):
     bad, result = run(tmp_path, {"softmax": ROWS["softmax"], "layer_norm": ROWS["layer_norm"]}, (16, 512), "float16")
     assert not bad, "\n".join(bad)
     assert layouts(result)["softmax"].vec == 8
+
+
+INSTANCE = '''"""Instance norms, 1d/2d/3d, affine or not, running statistics tracked or not."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.InstanceNorm1d(6, affine=True)
+        self.b = nn.InstanceNorm2d(6, track_running_stats=True)
+        self.c = nn.InstanceNorm3d(6, affine=True, track_running_stats=True, momentum=0.3)
+        self.d = nn.InstanceNorm1d(4, track_running_stats=True)
+        {extra}
+
+    def forward(self, x, y, z, w):
+        return torch.relu(self.a(x)), self.b(y) * 2.0, self.c(z), self.d(w * 3.0)
+
+
+def get_inputs():
+    return [torch.randn(3, 6, 50), torch.randn(2, 6, 7, 9), torch.randn(2, 6, 3, 4, 5), torch.randn(2, 4, 40000)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_instance_norm(tmp_path, mode):
+    """Outputs and running statistics as eager's, two steps; a long instance is split over blocks."""
+    extra = "self.eval()" if mode == "eval" else "pass"
+    path = write_problem(tmp_path, f"inorm_{mode}", INSTANCE.replace("{extra}", extra))
+    new_cls, result = emulated_model(path, tmp_path)
+    ops = {result.plan.graph.by_name()[k.anchor].op for k in result.plan.kernels if k.kind == "reduce"}
+    assert "instance_norm" in ops
+    assert all(n.target != "aten.native_batch_norm.default" for n in result.plan.graph.nodes)
+    namespace: dict = {}
+    exec(path.read_text(), namespace)
+    torch.manual_seed(0)
+    ref = namespace["Model"]()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.uniform_(0.5, 1.5)
+        for name, b in ref.named_buffers():
+            if "running" in name:
+                b.uniform_(0.5, 1.5)
+    new = new_cls()
+    new.load_state_dict(ref.state_dict())
+    new.train(ref.training)
+    for step in range(2):
+        torch.manual_seed(10 + step)
+        inputs = [torch.randn(3, 6, 50) * 2 + 1, torch.randn(2, 6, 7, 9), torch.randn(2, 6, 3, 4, 5), torch.randn(2, 4, 40000)]
+        with torch.no_grad():
+            want = ref(*[t.clone() for t in inputs])
+            got = new(*[t.clone() for t in inputs])
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert torch.allclose(g, w, atol=1e-4, rtol=1e-4), (step, i, (g - w).abs().max())
+    for (name, a), b in zip(ref.state_dict().items(), new.state_dict().values()):
+        assert torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4), name

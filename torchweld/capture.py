@@ -183,6 +183,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     placeholders = 0
     outputs, single = (), True
     tuples: set[torch.fx.Node] = set()  # norms converted to one IR node: getitem 0 is that node
+    made_shape: dict[str, tuple] = {}  # anchors' shapes (instance norm: not its traced view's)
 
     def meta(n):
         val = n.meta.get("val")
@@ -234,12 +235,17 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and meta(n.args[0]) == (shape, dtype):
                 names[n] = names[n.args[0]]
                 continue
+            if packet in ("view", "_unsafe_view", "reshape") and isinstance(n.args[0], torch.fx.Node) \
+                    and n.args[0] in names and made_shape.get(names[n.args[0]]) == shape:
+                names[n] = names[n.args[0]]  # a view back to what the IR node already is (instance norm)
+                continue
             node = _pointwise(n, packet, name, shape, dtype, names, origin)
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
             if made is not None:
                 for m in made[:-1]:
                     nodes.append(m)
                 node = made[-1]
+                made_shape[node.name] = node.shape
                 names[n] = node.name
                 nodes.append(node)
                 if isinstance(n.meta.get("val"), (tuple, list)):

@@ -72,6 +72,10 @@ def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[No
         if not _affine_ok(a[1], a[2], (int(a[4]),)):
             return None
         return make("group_norm", [ref(x), ref(a[1]), ref(a[2])], groups=int(a[6]), eps=float(a[7]))
+    if target == "aten.native_batch_norm.default" and _only_output0_used(n) and a[5]:
+        got = _instance_norm(n, a, name, ref, origin)
+        if got is not None:
+            return got
     if target == "aten.native_batch_norm.default" and _only_output0_used(n) and xv.dim() >= 2:
         w, b, rm, rv, training, momentum, eps = a[1:8]
         if not _affine_ok(w, b, (xv.shape[1],)):
@@ -82,6 +86,38 @@ def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[No
         if training and isinstance(momentum, float) and all(_is_f32_vec(v, xv.shape[1]) for v in (rm, rv)):
             return make("batch_norm", [ref(x), ref(w), ref(b), ref(rm), ref(rv)], momentum=momentum, eps=float(eps))
     return None
+
+
+def _instance_norm(n, a, name, ref, origin) -> list[Node] | None:
+    """F.instance_norm as traced: batch norm in training mode over x.view(1, N*C, ...), with the
+    channel parameters and running statistics repeated N times. The anchor reads x itself and
+    the (C,) parameters; it updates the repeated statistics in place as batch norm would (the
+    graph then averages them over N into the module's buffers, as eager does)."""
+    view, w, b, rm, rv, _, momentum, eps = a[:8]
+    if not (isinstance(view, torch.fx.Node) and str(view.target) in ("aten.view.default", "aten._unsafe_view.default")):
+        return None
+    x = view.args[0]
+    xv, vv = _val(x), _val(view)
+    if not isinstance(xv, torch.Tensor) or xv.dim() < 3 or vv.dim() < 2 or vv.shape[0] != 1:
+        return None
+    N, C = int(xv.shape[0]), int(xv.shape[1])
+    if tuple(vv.shape[1:]) != (N * C,) + tuple(xv.shape[2:]) or not xv.is_contiguous() or not isinstance(momentum, float):
+        return None
+    params = []
+    for v in (w, b):
+        if v is None:
+            params.append(None)
+            continue
+        if not (isinstance(v, torch.fx.Node) and str(v.target) == "aten.repeat.default" and list(v.args[1]) == [N]
+                and _affine_ok(v.args[0], None, (C,))):
+            return None
+        params.append(ref(v.args[0]))
+    if (rm is None) != (rv is None) or (rm is not None and not all(_is_f32_vec(v, N * C) for v in (rm, rv))):
+        return None
+    shape, dtype, _ = _tensor_meta(xv)
+    stride = tuple(int(s) for s in xv.stride())
+    return [Node(name, "instance_norm", (ref(x), *params, ref(rm), ref(rv)), shape, dtype,
+                 attrs=(("eps", float(eps)), ("momentum", momentum)), origin=origin, stride=stride)]
 
 
 def _is_f32_vec(v, size: int) -> bool:

@@ -139,8 +139,10 @@ def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
         readers = [m for m in graph.nodes if n.name in m.inputs()]
         if not readers:
             continue
-        training = any(m.op == "batch_norm" or (m.target == "aten.native_batch_norm.default" and bool(m.args[5]))
-                       for m in readers)
+        readers += [r for m in readers if m.target == "aten.repeat.default"  # instance norm's repeated stats
+                    for r in graph.nodes if m.name in r.inputs()]
+        training = any(m.op in ("batch_norm", "instance_norm") or (m.target == "aten.native_batch_norm.default"
+                                                                  and bool(m.args[5])) for m in readers)
         path = n.target.rsplit(".", 1)[0] if "." in n.target else ""
         out.append(("self" + (f".{path}" if path else ""), training))
     return out

@@ -143,7 +143,7 @@ def _inline_broadcast_groups(g: _Groups) -> None:
 def _attach(g: _Groups, anchor: Node) -> None:
     """Merge an anchor with the groups reading its result, then with the group making its input."""
     nodes, users = g.nodes, g.users
-    full = anchor.op in ("softmax", "log_softmax", "layer_norm", "group_norm", "batch_norm")
+    full = anchor.op in ("softmax", "log_softmax", "layer_norm", "group_norm", "instance_norm", "batch_norm")
     for u in dict.fromkeys(users[anchor.name]):
         if u == "<output>" or not fusible(nodes[u]):
             continue

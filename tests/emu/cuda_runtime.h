@@ -49,17 +49,22 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int mask) {
 template <typename F> void tw_emu_launch(unsigned blocks, unsigned threads, F&& body) {
   gridDim.x = blocks;
   blockDim.x = threads;
-  for (unsigned b = 0; b < blocks; ++b) {
-    std::barrier<> bar(threads);
-    tw_emu_block blk{&bar, {}, std::vector<unsigned long long>(threads)};
-    for (unsigned w = 0; w * 32 < threads; ++w)
-      blk.warps.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
-    tw_emu_cur = &blk;
-    std::vector<std::thread> ts;
-    for (unsigned t = 0; t < threads; ++t)
-      ts.emplace_back([&, t] { threadIdx.x = t; blockIdx.x = b; body(); });
-    for (auto& th : ts) th.join();
-  }
+  std::barrier<> bar(threads);
+  tw_emu_block blk{&bar, {}, std::vector<unsigned long long>(threads)};
+  for (unsigned w = 0; w * 32 < threads; ++w)
+    blk.warps.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
+  tw_emu_cur = &blk;
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      threadIdx.x = t;
+      for (unsigned b = 0; b < blocks; ++b) {  // one block at a time: `__shared__` statics are the block's
+        blockIdx.x = b;
+        body();
+        bar.arrive_and_wait();
+      }
+    });
+  for (auto& th : ts) th.join();
 }
 
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }

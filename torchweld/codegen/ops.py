@@ -162,4 +162,8 @@ def _anchor_expr(n: Node, args: list[str]) -> str:
         return f"F.layer_norm({x}, {x}.shape[{dims[0]}:], {w}, {b}, {n.attr('eps')!r})"
     if n.op == "group_norm":
         return f"F.group_norm({x}, {n.attr('groups')!r}, {w}, {b}, {n.attr('eps')!r})"
+    if n.op == "instance_norm":  # NOTE: updates the repeated running statistics in place, as traced
+        rep = lambda v: f"{v}.repeat({x}.shape[0])" if v != "None" else "None"  # noqa: E731
+        return (f"F.batch_norm({x}.reshape(1, -1, *{x}.shape[2:]), {args[3]}, {args[4]}, {rep(w)}, {rep(b)}, True, "
+                f"{n.attr('momentum')!r}, {n.attr('eps')!r}).view({x}.shape)")
     return f"F.batch_norm({x}, {args[3]}, {args[4]}, {w}, {b}, True, {n.attr('momentum')!r}, {n.attr('eps')!r})"

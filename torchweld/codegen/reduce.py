@@ -204,6 +204,8 @@ class _Gen:
         self.stats = Stats(a, self.R)
         self.red = f"{lay.nt}, {lay.tx}, {lay.ty}, {'true' if lay.rm else 'false'}"
         self.nout = self.O * self.I
+        tracked = a.op == "instance_norm" and isinstance(a.args[3], Ref)
+        self.mutable = (a.args[3], a.args[4]) if tracked else ()
 
     # --- pieces -------------------------------------------------------------------------------
 
@@ -291,6 +293,13 @@ class _Gen:
             B = self.finish_moments()
             if self.full:
                 B.append(f"  const float rstd = rsqrtf(m2 * {lit(1.0 / self.R, 'float')} + {lit(a.attr('eps'), 'float')});")
+            if self.mutable:  # NOTE: as batch norm: biased variance normalises, the unbiased one is kept
+                rm, rv = self.mutable
+                f = lambda v: lit(v, "float")  # noqa: E731
+                mom, first = a.attr("momentum"), " && blockIdx.x % {}u == 0".format(self.L.split) if self.L.split > 1 else ""
+                B += [f"  if (live && ty == 0{first}) {{",
+                      f"    in_{rm}[o] = {f(1 - mom)} * in_{rm}[o] + {f(mom)} * mean;",
+                      f"    in_{rv}[o] = {f(1 - mom)} * in_{rv}[o] + {f(mom)} * (m2 / {f(max(self.R - 1, 1))});", "  }"]
             return B
         if op == "softmax":
             return ["  const float Sd = isinf(M) ? NAN : S;"]
@@ -336,7 +345,7 @@ class _Gen:
     # --- kernels ------------------------------------------------------------------------------
 
     def kernel(self, name: str, body: list[str], nt: int, templated: bool = True, ws: bool = False) -> str:
-        kparams, _, _ = params(self.k, self.nodes)
+        kparams, _, _ = params(self.k, self.nodes, self.mutable)
         if ws:
             kparams += ", float* __restrict__ ws"
         head = "template <int V>\n" if templated else ""
@@ -400,7 +409,7 @@ class _Gen:
     def source(self) -> str:
         L = self.L
         kernels = [self.main()] if L.split == 1 else [self.part(), self.fin()]
-        _, lparams, casts = params(self.k, self.nodes)
+        _, lparams, casts = params(self.k, self.nodes, self.mutable)
         if L.split > 1:
             lparams += ", void* ws"
             casts += ", (float*)ws"
