@@ -190,3 +190,28 @@ def test_instance_norm(tmp_path, mode):
             assert torch.allclose(g, w, atol=1e-4, rtol=1e-4), (step, i, (g - w).abs().max())
     for (name, a), b in zip(ref.state_dict().items(), new.state_dict().values()):
         assert torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4), name
+
+
+MORE = {
+    "max_values": "torch.max(x, dim=-1)[0] * 2.0", "max_indices": "torch.max(x, dim=-1)[1]",
+    "min_values_dim0": "torch.min(x, dim=0)[0]", "argmax": "torch.argmax(x, dim=1)",
+    "argmin_dim0": "torch.argmin(x * 2.0, dim=0, keepdim=True)", "argmax_flat": "torch.argmax(x)",
+    "prod": "torch.prod(x * 0.1 + 1.0, dim=-1)", "l2": "torch.norm(x, dim=-1)",
+    "l1_dim0": "torch.linalg.vector_norm(x, ord=1, dim=0)", "linf": "torch.linalg.vector_norm(x, ord=float('inf'), dim=-1)",
+    "var": "torch.var(x, dim=-1)", "std_dim0": "torch.std(x, dim=0, correction=0)",
+    "var_mean_var": "torch.var_mean(x, dim=-1)[0]", "var_mean_mean": "torch.var_mean(x, dim=-1)[1] + 1.0",
+    "l2_normalize": "x / x.norm(dim=1, keepdim=True)",
+    "cumsum": "torch.cumsum(x, dim=-1) * 2.0", "cumsum_dim0": "torch.cumsum(x + 1.0, dim=0)",
+}
+
+
+@pytest.mark.parametrize("shape,special", [((16, 33), True), ((12, 1000), False), ((9, 40000), False)])
+def test_more_reductions(tmp_path, shape, special):
+    """max/min with indices, argmax/argmin, prod, vector norms, var/std/var_mean, cumsum: NaN/inf rows,
+    ties (argmax of rows of equal values), rows kept in registers, and split rows."""
+    bad, result = run(tmp_path, MORE, shape, special=special)
+    assert not bad, "\n".join(bad)
+    ops = {result.plan.graph.by_name()[k.anchor].op for k in result.plan.kernels if k.kind == "reduce"}
+    assert ops == {"amax", "argmax", "amin", "argmin", "prod", "vector_norm", "var", "std", "cumsum"}
+    if shape[1] == 40000:
+        assert layouts(result)["argmax"].split > 1

@@ -184,6 +184,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     outputs, single = (), True
     tuples: set[torch.fx.Node] = set()  # norms converted to one IR node: getitem 0 is that node
     made_shape: dict[str, tuple] = {}  # anchors' shapes (instance norm: not its traced view's)
+    items: dict[tuple, str] = {}  # (tuple-valued fx node, index) -> IR node, for anchors of two results
 
     def meta(n):
         val = n.meta.get("val")
@@ -225,7 +226,9 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
         name = f"v{len(nodes)}"
         origin = _origin(n, filename)
         if n.target is operator.getitem and n.args[0] in tuples:
-            if n.args[1] == 0:  # a converted norm's output; its saved statistics are unused
+            if (n.args[0], n.args[1]) in items:  # var_mean's mean, max's values or indices
+                names[n] = items[(n.args[0], n.args[1])]
+            elif n.args[1] == 0:  # a converted norm's output; its saved statistics are unused
                 names[n] = names[n.args[0]]
             continue
         if n.target is operator.getitem:
@@ -244,6 +247,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             if made is not None:
                 for m in made[:-1]:
                     nodes.append(m)
+                items.update({(n, m.attr("item")): m.name for m in made if m.attr("item") is not None})
                 node = made[-1]
                 made_shape[node.name] = node.shape
                 names[n] = node.name

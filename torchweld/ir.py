@@ -26,8 +26,11 @@ LIBRARY = frozenset({
 })
 # Row reductions, softmax and norms: each anchors one kernel of kind "reduce" (codegen/reduce.py)
 # that may also hold a pointwise prologue (recomputed per read) and epilogue (on its result).
-REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
-ROWWISE = frozenset({"softmax", "log_softmax"})
+REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "prod", "argmax", "argmin", "vector_norm",
+                       "var", "std"})
+ROWWISE = frozenset({"softmax", "log_softmax", "cumsum"})
+# A reduction's second result (max's values, var_mean's mean): made by its anchor's kernel.
+AUX = "reduce_aux"
 NORM = frozenset({"layer_norm", "group_norm", "instance_norm", "batch_norm"})
 ANCHORS = REDUCTION | ROWWISE | NORM
 LEAVES = frozenset({"input", "param"})

@@ -46,6 +46,25 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int mask) {
   return r;
 }
 
+template <typename T> T tw_emu_shfl(T v, unsigned src) {
+  const unsigned t = threadIdx.x, w = t / 32;
+  auto& slots = tw_emu_cur->slots;
+  std::memcpy(&slots[t], &v, sizeof(T));
+  tw_emu_cur->warps[w]->arrive_and_wait();
+  T r;
+  std::memcpy(&r, &slots[w * 32 + src], sizeof(T));
+  tw_emu_cur->warps[w]->arrive_and_wait();
+  return r;
+}
+template <typename T> T __shfl_up_sync(unsigned, T v, unsigned delta, int width = 32) {
+  const unsigned lane = threadIdx.x % 32, seg = lane % width;
+  return tw_emu_shfl(v, seg >= delta ? lane - delta : lane);
+}
+template <typename T> T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  const unsigned lane = threadIdx.x % 32;
+  return tw_emu_shfl(v, (lane / width) * width + (unsigned)src % width);
+}
+
 template <typename F> void tw_emu_launch(unsigned blocks, unsigned threads, F&& body) {
   gridDim.x = blocks;
   blockDim.x = threads;

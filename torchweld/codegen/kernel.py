@@ -252,5 +252,10 @@ def module_source(kernels: list[Kernel], graph: Graph) -> str:
     prelude = PRELUDE.replace("%(LOWP)s\n", LOWP_PRELUDE if lowp else "")
     if any(k.kind == "reduce" for k in kernels):
         prelude += REDUCE_PRELUDE
+    nodes = graph.by_name()
+    if any(k.kind == "reduce" and nodes[k.anchor].op == "cumsum" for k in kernels):
+        from torchweld.codegen.scan import SCAN_PRELUDE
+
+        prelude += SCAN_PRELUDE
     return prelude + "\n" + "\n".join(
         reduce_source(k, graph) if k.kind == "reduce" else kernel_source(k, graph) for k in kernels)

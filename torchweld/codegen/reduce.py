@@ -334,8 +334,9 @@ class _Gen:
         B.append(f"    const {ctype} {a.name} = {self.stats.value()};")
         for m in self.aux:
             what = nodes[m].attr("what")
-            val = {"index": "(long long)ix", "value": "v", "mean": "mean"}[what]
-            B.append(f"    const {'long long' if what == 'index' else 'float'} {m} = {val};")
+            # NOTE: eager's Welford mean is NaN once an inf meets another value, as the variance is
+            val = {"max": "v", "min": "v", "mean": "m2 != m2 ? m2 : mean"}[what]
+            B.append(f"    const float {m} = {val};")
         B += ["    " + b for b in self.st.lines(self.epi, a.shape, "oi")]
         for o in self.k.outputs:
             dt = nodes[o].dtype

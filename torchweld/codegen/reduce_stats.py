@@ -56,7 +56,7 @@ class Stats:
         if self.kind == "online":
             return ["  float m = -INFINITY, s = 0.0f;"]
         if self.kind == "moments":
-            return ["  float s1 = 0.0f, s2 = 0.0f;"]
+            return ["  float s1 = 0.0f, s2 = 0.0f; (void)s2;"]
         return [f"  float v = {'-' if self.op == 'argmax' else ''}INFINITY;", "  int ix = 0x7fffffff;"]
 
     def update(self, x: str, cached: bool = False) -> list[str]:
