@@ -101,10 +101,19 @@ def test_geometry():
     assert reduce_geometry(g, (2, 8, 6, 6)) == (8, 72, 1)
 
 
-@pytest.mark.parametrize("O,R,I,want", [(65536, 7, 1, (256, 32, 8, True)), (1, 262144, 1, (1024, 1, 1024, True)),
-                                        (32, 64, 4096, (256, 32, 8, False)), (4096, 3, 5, (256, 8, 32, False))])
-def test_layout(O, R, I, want):
-    assert layout(O, R, I)[:4] == want
+@pytest.mark.parametrize("O,R,I,vec,want", [
+    (65536, 7, 1, 4, (256, 128, 2, True, 1, 1, True)),  # short rows: 128 rows a block, 4 elements a thread
+    (1, 262144, 1, 4, (128, 1, 128, True, 4, 128, False)),  # one long row: 128 blocks, merged by a second kernel
+    (16384, 4096, 1, 4, (256, 1, 256, True, 4, 1, True)),  # 16 values a thread stay in registers
+    (64, 1 << 20, 1, 4, (1024, 1, 1024, True, 4, 4, False)),  # 64 rows over 256 blocks
+    (32, 64, 4096, 1, (256, 32, 8, False, 1, 1, True)), (4096, 3, 5, 1, (256, 8, 32, False, 1, 1, True)),
+    (1, 4096, 64, 1, (256, 32, 8, False, 1, 64, False)),  # two column tiles: R split 64 ways
+    (1000, 99, 1, 4, (256, 8, 32, True, 1, 1, True)),  # 99 is no multiple of 4: scalar loads
+])
+def test_layout(O, R, I, vec, want):
+    L = layout(O, R, I, vec, two_pass=True)
+    assert (L.nt, L.tx, L.ty, L.rm, L.vec, L.split, L.cache) == want
+    assert L.nt % 32 == 0 and L.chunk * L.split >= R > L.chunk * (L.split - 1)
 
 
 SPECIAL_OPS = {

@@ -194,6 +194,8 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     placeholders = 0
     outputs, single = (), True
     tuples: set[torch.fx.Node] = set()  # norms converted to one IR node: getitem 0 is that node
+    made_shape: dict[str, tuple] = {}  # anchors' shapes (instance norm: not its traced view's)
+    items: dict[tuple, str] = {}  # (tuple-valued fx node, index) -> IR node, for anchors of two results
 
     def meta(n):
         val = n.meta.get("val")
@@ -236,7 +238,9 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
         name = f"v{len(nodes)}"
         origin = _origin(n, filename)
         if n.target is operator.getitem and n.args[0] in tuples:
-            if n.args[1] == 0:  # a converted norm's output; its saved statistics are unused
+            if (n.args[0], n.args[1]) in items:  # var_mean's mean, max's values or indices
+                names[n] = items[(n.args[0], n.args[1])]
+            elif n.args[1] == 0:  # a converted norm's output; its saved statistics are unused
                 names[n] = names[n.args[0]]
             continue
         if n.target is operator.getitem:
@@ -246,12 +250,18 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and meta(n.args[0]) == (shape, dtype):
                 names[n] = names[n.args[0]]
                 continue
+            if packet in ("view", "_unsafe_view", "reshape") and isinstance(n.args[0], torch.fx.Node) \
+                    and n.args[0] in names and made_shape.get(names[n.args[0]]) == shape:
+                names[n] = names[n.args[0]]  # a view back to what the IR node already is (instance norm)
+                continue
             node = _pointwise(n, packet, name, shape, dtype, names, origin)
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
             if made is not None:
                 for m in made[:-1]:
                     nodes.append(m)
+                items.update({(n, m.attr("item")): m.name for m in made if m.attr("item") is not None})
                 node = made[-1]
+                made_shape[node.name] = node.shape
                 names[n] = node.name
                 nodes.append(node)
                 if isinstance(n.meta.get("val"), (tuple, list)):

@@ -6,6 +6,9 @@ Eval-mode batch norm is pointwise: it becomes `(x - mean) * (weight * rsqrt(var 
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import torch
 
 from torchweld.ir import Node, Ref, reduce_geometry
@@ -43,11 +46,14 @@ def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[No
     if not isinstance(out, torch.Tensor) or not isinstance(xv, torch.Tensor) or xv.dim() == 0:
         return None
     shape, dtype, stride = _tensor_meta(out)
-    if dtype not in KERNEL_DTYPES or str(xv.dtype).removeprefix("torch.") != dtype:
-        return None
+    xdtype = str(xv.dtype).removeprefix("torch.")
     a, k = list(n.args), dict(n.kwargs)
     target = str(n.target)
     ref = lambda v: Ref(names[v]) if isinstance(v, torch.fx.Node) else None  # noqa: E731
+    if xdtype in KERNEL_DTYPES and target in INDEXED:
+        return _indexed(n, a, k, target, name, ref(x), xv, origin)
+    if dtype not in KERNEL_DTYPES or xdtype != dtype:
+        return None
 
     def make(op, args, **attrs):
         node = Node(name, op, tuple(args), shape, dtype, attrs=tuple(sorted(attrs.items())), origin=origin,
@@ -60,6 +66,19 @@ def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[No
         dims = a[1] if len(a) > 1 else k.get("dim")
         keep = bool(a[2] if len(a) > 2 else k.get("keepdim", False))
         return make(packet, [ref(x)], dims=_dims(dims, xv.dim()), keepdim=keep)
+    if target in MORE and k.get("dtype") is None:
+        op, dims, keep, extra = MORE[target](a, k)
+        if extra is None:
+            return None
+        made = make(op, [ref(x)], dims=_dims(dims, xv.dim()), keepdim=bool(keep), **extra)
+        if made and target == "aten.var_mean.correction":
+            v = made[0]
+            made = [replace(v, attrs=v.attrs + (("item", 0),)),
+                    Node(f"{name}_mean", "reduce_aux", (Ref(name), ref(x)), shape, dtype, origin=origin, stride=stride,
+                         attrs=tuple(sorted({"what": "mean", "item": 1, **dict(v.attrs)}.items())))]
+        return made
+    if target == "aten.cumsum.default" and k.get("dtype") is None and a[1] is not None:
+        return make("cumsum", [ref(x)], dims=_dims(a[1], xv.dim()))
     if target in ("aten._softmax.default", "aten._log_softmax.default") and not a[2]:
         return make(packet.lstrip("_"), [ref(x)], dims=_dims(a[1], xv.dim()))
     if target == "aten.native_layer_norm.default" and _only_output0_used(n):
@@ -72,6 +91,10 @@ def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[No
         if not _affine_ok(a[1], a[2], (int(a[4]),)):
             return None
         return make("group_norm", [ref(x), ref(a[1]), ref(a[2])], groups=int(a[6]), eps=float(a[7]))
+    if target == "aten.native_batch_norm.default" and _only_output0_used(n) and a[5]:
+        got = _instance_norm(n, a, name, ref, origin)
+        if got is not None:
+            return got
     if target == "aten.native_batch_norm.default" and _only_output0_used(n) and xv.dim() >= 2:
         w, b, rm, rv, training, momentum, eps = a[1:8]
         if not _affine_ok(w, b, (xv.shape[1],)):
@@ -82,6 +105,91 @@ def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[No
         if training and isinstance(momentum, float) and all(_is_f32_vec(v, xv.shape[1]) for v in (rm, rv)):
             return make("batch_norm", [ref(x), ref(w), ref(b), ref(rm), ref(rv)], momentum=momentum, eps=float(eps))
     return None
+
+
+def _correction(a, k):
+    c = k.get("correction", 1)
+    return {"correction": int(c if c is not None else 1)} if float(c if c is not None else 1).is_integer() else None
+
+
+def _ord(a, k):
+    o = float(a[1] if len(a) > 1 else k.get("ord", 2))
+    return {"ord": o} if o in (1.0, 2.0, math.inf, -math.inf) else None
+
+
+# aten reductions -> (op, dims, keepdim, extra attrs or None when not handled)
+MORE = {
+    "aten.prod.dim_int": lambda a, k: ("prod", a[1], a[2] if len(a) > 2 else k.get("keepdim", False), {}),
+    "aten.linalg_vector_norm.default": lambda a, k: (
+        "vector_norm", a[2] if len(a) > 2 else k.get("dim"), a[3] if len(a) > 3 else k.get("keepdim", False), _ord(a, k)),
+    "aten.var.correction": lambda a, k: ("var", a[1] if len(a) > 1 else k.get("dim"), k.get("keepdim", False), _correction(a, k)),
+    "aten.std.correction": lambda a, k: ("std", a[1] if len(a) > 1 else k.get("dim"), k.get("keepdim", False), _correction(a, k)),
+    "aten.var_mean.correction": lambda a, k: ("var", a[1] if len(a) > 1 else k.get("dim"), k.get("keepdim", False),
+                                              _correction(a, k)),
+}
+# Reductions with an index result: argmax/argmin, and max/min over a dim (values, indices).
+INDEXED = ("aten.argmax.default", "aten.argmin.default", "aten.max.dim", "aten.min.dim")
+
+
+def _indexed(n, a, k, target, name, x, xv, origin) -> list[Node] | None:
+    """argmax(x, dim) as one anchor; max(x, dim) as amax where only its values are read, else as
+    argmax (the indices, getitem 1) with a companion for the values (getitem 0)."""
+    dim = a[1] if len(a) > 1 else k.get("dim")
+    keep = bool(a[2] if len(a) > 2 else k.get("keepdim", False))
+    dims = _dims(dim, xv.dim())
+    arg = "argmax" if "max" in target else "argmin"
+    val = _val(n)
+    xshape, xdtype, _ = _tensor_meta(xv)
+    if target.endswith(".dim"):
+        vshape, _, vstride = _tensor_meta(val[0])
+        indices_used = any(u.args[1] == 1 and u.users for u in n.users)
+        if not indices_used:
+            node = Node(name, "a" + arg[3:], (x,), vshape, xdtype, attrs=(("dims", dims), ("keepdim", keep)),
+                        origin=origin, stride=vstride)
+            return [node] if reduce_geometry(node, xshape) is not None else None
+        anchor = Node(name, arg, (x,), vshape, "int64", attrs=(("dims", dims), ("item", 1), ("keepdim", keep)),
+                      origin=origin, stride=vstride)
+        if reduce_geometry(anchor, xshape) is None:
+            return None
+        values = Node(f"{name}_values", "reduce_aux", (Ref(name), x), vshape, xdtype, origin=origin, stride=vstride,
+                      attrs=(("dims", dims), ("item", 0), ("keepdim", keep), ("what", arg[3:])))
+        return [anchor, values]
+    shape, _, stride = _tensor_meta(val)
+    node = Node(name, arg, (x,), shape, "int64", attrs=(("dims", dims), ("keepdim", keep)) + (
+        (("flat", True),) if dim is None else ()), origin=origin, stride=stride)
+    return [node] if reduce_geometry(node, xshape) is not None else None
+
+
+def _instance_norm(n, a, name, ref, origin) -> list[Node] | None:
+    """F.instance_norm as traced: batch norm in training mode over x.view(1, N*C, ...), with the
+    channel parameters and running statistics repeated N times. The anchor reads x itself and
+    the (C,) parameters; it updates the repeated statistics in place as batch norm would (the
+    graph then averages them over N into the module's buffers, as eager does)."""
+    view, w, b, rm, rv, _, momentum, eps = a[:8]
+    if not (isinstance(view, torch.fx.Node) and str(view.target) in ("aten.view.default", "aten._unsafe_view.default")):
+        return None
+    x = view.args[0]
+    xv, vv = _val(x), _val(view)
+    if not isinstance(xv, torch.Tensor) or xv.dim() < 3 or vv.dim() < 2 or vv.shape[0] != 1:
+        return None
+    N, C = int(xv.shape[0]), int(xv.shape[1])
+    if tuple(vv.shape[1:]) != (N * C,) + tuple(xv.shape[2:]) or not xv.is_contiguous() or not isinstance(momentum, float):
+        return None
+    params = []
+    for v in (w, b):
+        if v is None:
+            params.append(None)
+            continue
+        if not (isinstance(v, torch.fx.Node) and str(v.target) == "aten.repeat.default" and list(v.args[1]) == [N]
+                and _affine_ok(v.args[0], None, (C,))):
+            return None
+        params.append(ref(v.args[0]))
+    if (rm is None) != (rv is None) or (rm is not None and not all(_is_f32_vec(v, N * C) for v in (rm, rv))):
+        return None
+    shape, dtype, _ = _tensor_meta(xv)
+    stride = tuple(int(s) for s in xv.stride())
+    return [Node(name, "instance_norm", (ref(x), *params, ref(rm), ref(rv)), shape, dtype,
+                 attrs=(("eps", float(eps)), ("momentum", momentum)), origin=origin, stride=stride)]
 
 
 def _is_f32_vec(v, size: int) -> bool:

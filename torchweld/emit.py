@@ -9,6 +9,7 @@ import torch
 
 from torchweld.codegen.kernel import ITEMSIZE, is_contiguous, module_source, operands, vec_class, vector_width
 from torchweld.codegen.ops import py_lit, torch_expr
+from torchweld.codegen.reduce import reduce_launch, reduce_traffic
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
@@ -236,8 +237,10 @@ def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
         readers = [m for m in graph.nodes if n.name in m.inputs()]
         if not readers:
             continue
-        training = any(m.op == "batch_norm" or (m.target == "aten.native_batch_norm.default" and bool(m.args[5]))
-                       for m in readers)
+        readers += [r for m in readers if m.target == "aten.repeat.default"  # instance norm's repeated stats
+                    for r in graph.nodes if m.name in r.inputs()]
+        training = any(m.op in ("batch_norm", "instance_norm") or (m.target == "aten.native_batch_norm.default"
+                                                                  and bool(m.args[5])) for m in readers)
         path = n.target.rsplit(".", 1)[0] if "." in n.target else ""
         out.append((path, training))
     return out
@@ -281,9 +284,9 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
         f"def _{k.name}({params}):",
         f'    """{k.name}: {anchor.op} with {len(k.nodes) - 1} fused pointwise ops; see its CUDA source above."""',
     ]
-    in_place = [a for a in anchor.args[3:5]] if anchor.op == "batch_norm" else []
+    in_place = [a for a in anchor.args[3:5] if isinstance(a, Ref)] if anchor.op in ("batch_norm", "instance_norm") else []
     if in_place:  # NOTE: the kernel updates the running statistics in place: a copy would lose the update
-        lines.append(f"    assert a_{in_place[0]}.is_contiguous() and a_{in_place[1]}.is_contiguous()")
+        lines.append(f"    assert {' and '.join(f'a_{a}.is_contiguous()' for a in in_place)}")
     lines += _prepare([a for a in k.inputs if a not in in_place], nodes)
     operand_nodes = [nodes[a] for a in k.inputs]
     allocs = [_allocate(o, nodes[o].shape, nodes[o].dtype, operand_nodes) for o in k.outputs]
@@ -291,7 +294,16 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
         lines.append(f"    dev = a_{k.inputs[0]}.device")
     lines += allocs
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
-    lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}")
+    launch = reduce_launch(k, graph)
+    if launch.workspace:  # NOTE: per call, so that calls on two streams never share partial results
+        lines.append(f"    ws = torch.empty({launch.workspace}, dtype=torch.float32, device=a_{k.inputs[0]}.device)")
+        ptrs.append("ws.data_ptr()")
+    vec = "0"
+    if launch.vec > 1:
+        # NOTE: outputs come from the caching allocator (512-byte aligned blocks): only operands are tested
+        checks = [f"a_{n}.data_ptr() % {b} == 0" for n, b in launch.aligned if n not in k.outputs]
+        vec = f"int({' and '.join(checks)})" if checks else "1"
+    lines += _launch(k, ptrs, vec, f"a_{k.inputs[0]}")
     outs = ", ".join(f"out_{o}" for o in k.outputs)
     lines.append(f"    return {outs}{',' if len(k.outputs) == 1 else ''}")
     return "\n".join(lines)
@@ -354,7 +366,7 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
         ops = ", ".join(nodes[m].op for m in k.nodes)
         if k.kind == "reduce":
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, "
-                         f"{'one pass' if nodes[k.anchor].op in ('sum', 'mean', 'amax', 'amin', 'logsumexp') else 'two reads, one write'})")
+                         f"{reduce_traffic(k, graph)})")
             continue
         lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
     if library:
@@ -409,7 +421,8 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
     out = [_header(plan, problem_name, layout_plan, precision, cuda_graph, blockers), "import ctypes", "import hashlib", "import inspect", "",
            "import torch", "import torch.nn as nn", "import torch.nn.functional as F", ""]
     out += [s for s in keep if s.strip() and s.strip() not in out]
-    n_ptrs = {k.name: len(k.inputs) + len(k.outputs) for k in plan.kernels}
+    n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, plan.graph).workspace > 0)
+              for k in plan.kernels}
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
     if layout_plan:
         out += ["", CONV_RUNTIME.strip(), ""]

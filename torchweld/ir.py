@@ -26,9 +26,12 @@ LIBRARY = frozenset({
 })
 # Row reductions, softmax and norms: each anchors one kernel of kind "reduce" (codegen/reduce.py)
 # that may also hold a pointwise prologue (recomputed per read) and epilogue (on its result).
-REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
-ROWWISE = frozenset({"softmax", "log_softmax"})
-NORM = frozenset({"layer_norm", "group_norm", "batch_norm"})
+REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "prod", "argmax", "argmin", "vector_norm",
+                       "var", "std"})
+ROWWISE = frozenset({"softmax", "log_softmax", "cumsum"})
+# A reduction's second result (max's values, var_mean's mean): made by its anchor's kernel.
+AUX = "reduce_aux"
+NORM = frozenset({"layer_norm", "group_norm", "instance_norm", "batch_norm"})
 ANCHORS = REDUCTION | ROWWISE | NORM
 LEAVES = frozenset({"input", "param"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -191,6 +194,8 @@ def reduce_geometry(n: Node, in_shape: tuple) -> tuple[int, int, int] | None:
         return in_shape[0] * groups, prod(in_shape[1:]) // groups, 1
     if n.op == "batch_norm":
         return in_shape[0], in_shape[1], prod(in_shape[2:])
+    if n.op == "instance_norm":
+        return in_shape[0] * in_shape[1], prod(in_shape[2:]), 1
     dims = n.attr("dims")
     big = [d for d in dims if in_shape[d] != 1] or list(dims[:1])
     if not big:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchweld.ir import COMPARISONS, FLOAT_DTYPES, Graph, Node, REDUCTION, Ref, broadcasts_to, reduce_geometry
+from torchweld.ir import AUX, COMPARISONS, FLOAT_DTYPES, Graph, Node, REDUCTION, Ref, broadcasts_to, reduce_geometry
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
 NEVER_FUSED = frozenset({"input", "param", "aten", "getitem"})
@@ -143,7 +143,10 @@ def _inline_broadcast_groups(g: _Groups) -> None:
 def _attach(g: _Groups, anchor: Node) -> None:
     """Merge an anchor with the groups reading its result, then with the group making its input."""
     nodes, users = g.nodes, g.users
-    full = anchor.op in ("softmax", "log_softmax", "layer_norm", "group_norm", "batch_norm")
+    full = anchor.op in ("softmax", "log_softmax", "cumsum", "layer_norm", "group_norm", "instance_norm", "batch_norm")
+    for u in users[anchor.name]:  # a second result (max's values, var_mean's mean) comes from the same kernel
+        if u != "<output>" and nodes[u].op == AUX:
+            g.merge(anchor.name, u)
     for u in dict.fromkeys(users[anchor.name]):
         if u == "<output>" or not fusible(nodes[u]):
             continue
@@ -157,7 +160,8 @@ def _attach(g: _Groups, anchor: Node) -> None:
         return
     prologue = g.members(g.find(x))
     mine = g.members(g.find(anchor.name))
-    readers_ok = set(prologue) | {anchor.name} | ((mine - {anchor.name}) if full else set())
+    aux = {u for u in users[anchor.name] if u != "<output>" and nodes[u].op == AUX}
+    readers_ok = set(prologue) | {anchor.name} | aux | ((mine - {anchor.name}) if full else set())
     if any(nodes[m].is_anchor for m in prologue):
         return
     if all(broadcasts_to(nodes[m].shape, nodes[x].shape) for m in prologue) and all(
@@ -199,7 +203,8 @@ def _reduce_kernel(name: str, members: list[str], anchor: str, graph: Graph, g: 
         return None
     inputs, outputs = _boundary(members, nodes, g.users)
     before = ancestors_in(anchor, member_set, nodes)
-    if a.op in REDUCTION and any(r in before for m in member_set - before - {anchor} for r in nodes[m].inputs()):
+    after = {m for m in member_set - before - {anchor} if nodes[m].op != AUX}
+    if a.op in REDUCTION and any(r in before for m in after for r in nodes[m].inputs()):
         return None  # an epilogue at the reduced shape cannot read a value of the full shape
     return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor)
 

@@ -13,8 +13,9 @@ from torchweld.codegen.ops import cuda_expr, lit
 from torchweld.ir import Graph, Node, Ref
 from torchweld.plan import Kernel
 
-STORAGE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double", "bool": "bool"}
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "bool": 1}
+STORAGE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double", "bool": "bool",
+           "int64": "long long"}
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "bool": 1, "int64": 8}
 THREADS = 256
 
 # 16-bit loads and stores, included only where a kernel touches fp16/bf16 data.
@@ -251,5 +252,10 @@ def module_source(kernels: list[Kernel], graph: Graph) -> str:
     prelude = PRELUDE.replace("%(LOWP)s\n", LOWP_PRELUDE if lowp else "")
     if any(k.kind == "reduce" for k in kernels):
         prelude += REDUCE_PRELUDE
+    nodes = graph.by_name()
+    if any(k.kind == "reduce" and nodes[k.anchor].op == "cumsum" for k in kernels):
+        from torchweld.codegen.scan import SCAN_PRELUDE
+
+        prelude += SCAN_PRELUDE
     return prelude + "\n" + "\n".join(
         reduce_source(k, graph) if k.kind == "reduce" else kernel_source(k, graph) for k in kernels)

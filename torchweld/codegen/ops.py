@@ -145,16 +145,33 @@ def torch_expr(n: Node, args: list[str]) -> str:
         return f"torch.ops.aten.elu({x}, {n.attr('alpha')!r}, {n.attr('scale')!r}, {n.attr('input_scale')!r})"
     if op == "softplus":
         return f"F.softplus({x}, {n.attr('beta')!r}, {n.attr('threshold')!r})"
-    if op in ANCHORS:
+    if op in ANCHORS or op == "reduce_aux":
         return _anchor_expr(n, args)
     return f"torch.{op}({x})"
 
 
 def _anchor_expr(n: Node, args: list[str]) -> str:
     """Reductions, softmax and norms as the PyTorch calls they were captured from."""
-    x, dims = args[0], list(n.attr("dims", ()))
+    x, dims, keep = args[0], list(n.attr("dims", ())), n.attr("keepdim")
+    if n.op == "reduce_aux":  # args: the anchor, its input
+        x = args[1]
+        if n.attr("what") == "mean":
+            return f"torch.mean({x}, {dims!r}, keepdim={keep!r})"
+        return f"torch.a{n.attr('what')}({x}, {dims!r}, keepdim={keep!r})"  # max's or min's values
     if n.op in ("sum", "mean", "amax", "amin", "logsumexp"):
-        return f"torch.{n.op}({x}, {dims!r}, keepdim={n.attr('keepdim')!r})"
+        return f"torch.{n.op}({x}, {dims!r}, keepdim={keep!r})"
+    if n.op in ("argmax", "argmin"):
+        if n.attr("flat"):
+            return f"torch.{n.op}({x}, keepdim={keep!r})"
+        return f"torch.{n.op}({x}, {dims[0]!r}, keepdim={keep!r})"
+    if n.op == "prod":
+        return f"torch.prod({x}, {dims[0]!r}, keepdim={keep!r})"
+    if n.op == "vector_norm":
+        return f"torch.linalg.vector_norm({x}, {py_lit(n.attr('ord'))}, {dims!r}, keepdim={keep!r})"
+    if n.op in ("var", "std"):
+        return f"torch.{n.op}({x}, {dims!r}, correction={n.attr('correction')!r}, keepdim={keep!r})"
+    if n.op == "cumsum":
+        return f"torch.cumsum({x}, {dims[0]!r})"
     if n.op in ("softmax", "log_softmax"):
         return f"torch.{n.op}({x}, {dims[0]})"
     w, b = args[1], args[2]
@@ -162,4 +179,8 @@ def _anchor_expr(n: Node, args: list[str]) -> str:
         return f"F.layer_norm({x}, {x}.shape[{dims[0]}:], {w}, {b}, {n.attr('eps')!r})"
     if n.op == "group_norm":
         return f"F.group_norm({x}, {n.attr('groups')!r}, {w}, {b}, {n.attr('eps')!r})"
+    if n.op == "instance_norm":  # NOTE: updates the repeated running statistics in place, as traced
+        rep = lambda v: f"{v}.repeat({x}.shape[0])" if v != "None" else "None"  # noqa: E731
+        return (f"F.batch_norm({x}.reshape(1, -1, *{x}.shape[2:]), {args[3]}, {args[4]}, {rep(w)}, {rep(b)}, True, "
+                f"{n.attr('momentum')!r}, {n.attr('eps')!r}).view({x}.shape)")
     return f"F.batch_norm({x}, {args[3]}, {args[4]}, {w}, {b}, True, {n.attr('momentum')!r}, {n.attr('eps')!r})"
