@@ -34,3 +34,16 @@ def test_cpu_only_ops_are_refused():
     bad = Node("v1", "aten", (Ref("x0"),), (4,), "float32", target="aten.mkldnn_something.default")
     with pytest.raises(CaptureError, match="CPU-only"):
         device_neutral(Graph((x, bad), ("v1",)))
+
+
+def test_masked_fill_is_a_fused_where():
+    """masked_fill(x, mask, value) -> where(mask, value, x): one kernel with the ops around it."""
+    from helpers import graphs, kernels, run
+
+    mask = torch.rand(6, 9) > 0.5
+    fn = lambda s, x, m: (x * 0.5).masked_fill(m, float("-inf")).exp()
+    x = torch.randn(6, 9)
+    captured, simplified = graphs(fn, x, mask)
+    assert [n.op for n in simplified.nodes if n.is_pointwise] == ["mul", "where", "exp"]
+    assert len(kernels(fn, x, mask).kernels) == 1
+    assert torch.equal(run(simplified, {}, [x, mask]), fn(None, x, mask))

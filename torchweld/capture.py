@@ -88,6 +88,11 @@ def _where(a, k):
     return ("where", tuple(a[:3]), ())
 
 
+def _masked_fill(a, k):
+    """masked_fill(x, mask, value) is where(mask, value, x)."""
+    return ("where", (a[1], a[2], a[0]), ())
+
+
 def _cast(a, k):
     if set(k) - {"dtype", "layout", "device", "memory_format"} or "dtype" not in k:
         return None
@@ -108,7 +113,7 @@ POINTWISE_ATEN = {
     "clamp": _clamp, "clamp_min": lambda a, k: ("clamp", (a[0], a[1], None), ()),
     "clamp_max": lambda a, k: ("clamp", (a[0], None, a[1]), ()),
     "hardtanh": _hardtanh, "gelu": _gelu, "leaky_relu": _leaky, "elu": _elu,
-    "softplus": _softplus, "where": _where, "_to_copy": _cast,
+    "softplus": _softplus, "where": _where, "masked_fill": _masked_fill, "_to_copy": _cast,
     **{op: _same(op) for op in (
         "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal",
         "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "sign",
