@@ -183,3 +183,11 @@ def test_cuda_graph_option_states_its_terms_and_refuses_in_place_updates():
     bn = compile_problem(load_problem(ROOT / "problems" / "norm" / "conv2d_batchnorm_relu.py"),
                          Options(cuda_graph=True)).source
     assert "_tw_graphed" not in bn and "CUDA graph: asked for but not used: it updates buffers in place" in bn
+
+
+def test_views_of_parameters_read_only_by_kernels_are_not_made():
+    """`p.view(C, 1, 1)` is the same memory as `p`: the kernel gets `p` and forward makes no view."""
+    src = _emit(ROOT / "problems" / "conv" / "conv2d_resnet_downsample_shortcut.py")
+    forward = src[src.index("    def forward"):src.index("    def _tw_general")]
+    assert ".view(" not in forward
+    assert "_k0(p7, p1, v13, p6, p10, p4, v25, p9, p2, p5)" in forward

@@ -136,8 +136,17 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
     sites: dict[str, int] = {}  # convolution node -> its layout-planning site
     names = _Names(graph)
     nodes = graph.by_name()
-    used = {a for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
-                                                 (nodes[step].inputs() if step in nodes else ()))}
+    # A view of a parameter read only by kernels is not made: the kernel reads the parameter's own
+    # memory, which is the same (each `.view()` costs about a microsecond per call).
+    in_kernels = {m for k in plan.kernels for m in k.nodes}
+    users = graph.users()
+    elided = {n.name: n.args[0] for n in graph.nodes
+              if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref)
+              and nodes[n.args[0]].op == "param" and _stride_spec(n) is None
+              and _stride_spec(nodes[n.args[0]]) is None and users[n.name]
+              and all(u in in_kernels for u in users[n.name])}
+    used = {elided.get(a, a) for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
+                                                                (nodes[step].inputs() if step in nodes else ()))}
     state = [n for n in graph.nodes if n.op == "param" and n.name in used]
     tensors = [n for n in inputs if n.attr("value") is None]
     conds = [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
@@ -165,12 +174,12 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
         k = plan.kernel(step)
         if k is not None:
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
-            args = ", ".join(names.expr(Ref(a)) for a in k.inputs)
+            args = ", ".join(names.expr(Ref(elided.get(a, a))) for a in k.inputs)
             ops = "; ".join(format_node(nodes[m]).split("  #")[0] for m in k.nodes)
             body.append(f"        {outs} = _{k.name}({args})  # {ops}")
             continue
         n = nodes[step]
-        if n.op in ("input", "param"):
+        if n.op in ("input", "param") or n.name in elided:
             continue
         if n.op == "getitem":
             body.append(f"        {n.name} = {names.expr(n.args[0])}[{n.args[1]!r}]")
