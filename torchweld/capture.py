@@ -11,6 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
 from torchweld.capture_norm import anchor_nodes
+from torchweld.capture_pool import pool_nodes
 from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref
 
 
@@ -201,6 +202,9 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     tuples: set[torch.fx.Node] = set()  # norms converted to one IR node: getitem 0 is that node
     made_shape: dict[str, tuple] = {}  # anchors' shapes (instance norm: not its traced view's)
     items: dict[tuple, str] = {}  # (tuple-valued fx node, index) -> IR node, for anchors of two results
+    dropped: set[torch.fx.Node] = set()  # a pool's unused indices, and what reads only them
+    pools: set[torch.fx.Node] = set()  # fx nodes converted to pools
+    aliases: dict[torch.fx.Node, str] = {}  # the squeezes after a 1-d pool: that pool's value
 
     def meta(n):
         val = n.meta.get("val")
@@ -242,11 +246,19 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
         shape, dtype = meta(n)
         name = f"v{len(nodes)}"
         origin = _origin(n, filename)
+        if n in aliases:
+            names[n] = aliases[n]
+            continue
+        if any(a in dropped for a in n.all_input_nodes):  # NOTE: only unused values are dropped
+            dropped.add(n)
+            continue
         if n.target is operator.getitem and n.args[0] in tuples:
             if (n.args[0], n.args[1]) in items:  # var_mean's mean, max's values or indices
                 names[n] = items[(n.args[0], n.args[1])]
-            elif n.args[1] == 0:  # a converted norm's output; its saved statistics are unused
+            elif n.args[1] == 0:  # a converted norm's or pool's output; its statistics or indices are unused
                 names[n] = names[n.args[0]]
+            elif n.args[0] in pools:  # a max pool's indices (capture_pool checked that nothing uses them)
+                dropped.add(n)
             continue
         if n.target is operator.getitem:
             node = Node(name, "getitem", (Ref(names[n.args[0]]), n.args[1]), shape, dtype, origin=origin)
@@ -261,6 +273,12 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 continue
             node = _pointwise(n, packet, name, shape, dtype, names, origin)
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
+            if node is None and made is None:
+                pooled = pool_nodes(n, name, names, origin)
+                if pooled is not None:
+                    made = pooled[0]
+                    pools.add(n)
+                    aliases.update((a, made[-1].name) for a in pooled[1])
             if made is not None:
                 for m in made[:-1]:
                     nodes.append(m)
