@@ -233,3 +233,54 @@ def test_emitted_pool_problem():
     assert "one thread per output" in src and "#include <torch" not in src
     assert [k.kind for k in result.plan.kernels] == ["pool"]
     assert "aten.max_pool2d" not in src.split("class ModelNew")[1].split("def _tw_general")[0]
+
+
+# --- the GPU sweep, on the CPU: planned as one kernel per pool, and nvcc compiles it -----------
+
+SWEEP_VARIANTS = [("float32", False), ("float32", True), ("float16", False), ("bfloat16", True)]
+
+
+def _sweep_plan(tmp_path, dtype, channels_last):
+    from pool_sweep import sweep_source
+
+    path = tmp_path / f"sweep_{dtype}_{int(channels_last)}.py"
+    path.write_text(sweep_source(dtype, channels_last))
+    return compile_problem(load_problem(path))
+
+
+def test_sweep_is_one_kernel_per_pool(tmp_path):
+    from pool_sweep import SWEEP
+
+    for dtype, cl in SWEEP_VARIANTS:
+        result = _sweep_plan(tmp_path, dtype, cl)
+        nodes = result.plan.graph.by_name()
+        ks = result.plan.kernels
+        assert len(ks) == len(SWEEP) and not [s for s in result.plan.steps if nodes.get(s) and nodes[s].op == "aten"]
+        # the global max pool is a row reduction over contiguous data, a pool over channels-last data
+        assert [k.kind for k in ks].count("reduce") == (0 if cl else 1)
+        for i, k in enumerate(ks):  # prologues and epilogues as sweep_source cycles them
+            ops = [nodes[m].op for m in k.nodes]
+            extra = SWEEP[i].count(" - x")
+            assert len(ops) == 1 + (0, 2, 2)[i % 3] + (0, 1, 3)[(i // 3) % 3] + extra, (i, ops)
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+def test_sweep_kernels_compile_for_sm90(tmp_path):
+    import concurrent.futures
+    import shutil
+    import subprocess
+
+    sources = []
+    for dtype, cl in SWEEP_VARIANTS:  # NOTE: tracing is not thread-safe: only nvcc runs in threads
+        result = _sweep_plan(tmp_path, dtype, cl)
+        sources.append(tmp_path / f"sweep_{dtype}_{int(cl)}.cu")
+        sources[-1].write_text(module_source(list(result.plan.kernels), result.plan.graph))
+
+    def one(cu):
+        proc = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-O3", "-c", str(cu), "-o", str(cu.with_suffix(".o"))],
+                              capture_output=True, text=True)
+        return proc.returncode, proc.stderr[-2000:]
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for rc, err in pool.map(one, sources):
+            assert rc == 0, err
