@@ -18,6 +18,7 @@ SWEEP = [
     "F.adaptive_avg_pool2d({x}, (1, 4))",
     "F.adaptive_max_pool2d({x}, (4, 6))",
     "F.adaptive_max_pool2d({x}, 1)",
+    "{x}.mean((2, 3), keepdim=True)",  # a reduction over contiguous data, a global pool over channels-last
     "F.adaptive_avg_pool2d({x}, (25, 21))",
     "(F.max_pool2d({x}, 3, 1, 1) - x)",  # same-size pool: the epilogue reads the input at the output's place
     "F.max_pool1d({s}, 5, 3, 2, 2, ceil_mode=True)",

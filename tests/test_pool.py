@@ -87,8 +87,14 @@ def test_global_pools_become_reductions_over_contiguous_data():
         assert node.op == op and node.attr("keepdim") is True, s
         assert node.shape == tuple(fn(x).shape)
     # channels-last: the pool kernel reads channels side by side; a row reduction would stride by C
-    g, s = graphs(lambda self, v: F.adaptive_max_pool2d(v, 1), x.contiguous(memory_format=CL))
-    assert [n.op for n in s.nodes if n.is_anchor] == ["adaptive_max_pool"]
+    for fn, op in [(lambda v: F.adaptive_max_pool2d(v, 1), "adaptive_max_pool"),
+                   (lambda v: v.mean((2, 3), keepdim=True), "adaptive_avg_pool"),
+                   (lambda v: F.adaptive_avg_pool2d(v, 1), "adaptive_avg_pool"),
+                   (lambda v: v.mean((2, 3)), "mean")]:  # without keepdim it stays a reduction
+        g, s = graphs(lambda self, v: fn(v), x.contiguous(memory_format=CL))
+        assert [n.op for n in s.nodes if n.is_anchor] == [op]
+        y = x.contiguous(memory_format=CL)
+        assert torch.allclose(run_graph(s, {}, [y]), fn(y), atol=1e-6)
 
 
 def test_avg_pool_with_padding_is_not_global():
@@ -257,7 +263,7 @@ def test_sweep_is_one_kernel_per_pool(tmp_path):
         ks = result.plan.kernels
         assert len(ks) == len(SWEEP) and not [s for s in result.plan.steps if nodes.get(s) and nodes[s].op == "aten"]
         # the global max pool is a row reduction over contiguous data, a pool over channels-last data
-        assert [k.kind for k in ks].count("reduce") == (0 if cl else 1)
+        assert [k.kind for k in ks].count("reduce") == (0 if cl else 2)
         for i, k in enumerate(ks):  # prologues and epilogues as sweep_source cycles them
             ops = [nodes[m].op for m in k.nodes]
             extra = SWEEP[i].count(" - x")

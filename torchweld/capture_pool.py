@@ -163,3 +163,20 @@ def _unsqueezed(x) -> bool:
         return False
     xv = _val(x)
     return isinstance(xv, torch.Tensor) and _norm_dim(x.args[1], xv.dim()) == xv.dim() - 2
+
+
+def spatial_reduction_as_pool(node: Node, x) -> Node:
+    """A keepdim mean/amax over the last 1-3 dims of channels-last data -> a global adaptive pool.
+
+    The reduce kernel would read each row with a stride of C; the pool kernel reads the channels
+    side by side. Over data whose reduced dims are innermost, the reduction stays."""
+    xv = _val(x)
+    if node.op not in ("mean", "amax") or not node.attr("keepdim") or not isinstance(xv, torch.Tensor):
+        return node
+    dims, nd = tuple(node.attr("dims")), xv.dim()
+    d = len(dims)
+    if not 1 <= d <= 3 or nd not in (d + 1, d + 2) or dims != tuple(range(nd - d, nd)) or _innermost(xv, d):
+        return node
+    op = "adaptive_avg_pool" if node.op == "mean" else "adaptive_max_pool"
+    return Node(node.name, op, node.args, node.shape, node.dtype, attrs=(("out", (1,) * d),), origin=node.origin,
+                stride=node.stride)
