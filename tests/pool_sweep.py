@@ -3,7 +3,8 @@ prologue and epilogue of its own): built on a GPU by tests/gpu/test_pool_gpu.py,
 tests/test_pool.py."""
 from __future__ import annotations
 
-# The sweep: {x} is a 2-d pool's input (N, C, H, W), {s} a 1-d pool's (N, C, L), {z} a 3-d pool's.
+# The sweep: {x} is a 2-d pool's input (N, C, H, W), {s} a 1-d pool's (N, C, L), {z} a 3-d pool's,
+# {g} a small (N, C, H, W) map for global pools.
 SWEEP = [
     "F.max_pool2d({x}, 3, 2, 1, ceil_mode=True)",
     "F.max_pool2d({x}, 2)",
@@ -17,8 +18,9 @@ SWEEP = [
     "F.adaptive_avg_pool2d({x}, (5, 7))",
     "F.adaptive_avg_pool2d({x}, (1, 4))",
     "F.adaptive_max_pool2d({x}, (4, 6))",
-    "F.adaptive_max_pool2d({x}, 1)",
-    "{x}.mean((2, 3), keepdim=True)",  # a reduction over contiguous data, a global pool over channels-last
+    "F.adaptive_max_pool2d({g}, 1)",  # global: a reduction over contiguous data, a pool over channels-last
+    "{g}.mean((2, 3), keepdim=True)",
+    "F.adaptive_avg_pool2d({x}, 1)",  # few outputs, long windows: a reduction over either layout
     "F.adaptive_avg_pool2d({x}, (25, 21))",
     "(F.max_pool2d({x}, 3, 1, 1) - x)",  # same-size pool: the epilogue reads the input at the output's place
     "F.max_pool1d({s}, 5, 3, 2, 2, ceil_mode=True)",
@@ -48,13 +50,13 @@ class Model(nn.Module):
         self.w2 = nn.Parameter(torch.randn(8, 1, 1, dtype=torch.{dtype}))
         self.w3 = nn.Parameter(torch.randn(8, 1, 1, 1, dtype=torch.{dtype}))
 
-    def forward(self, x, s, z):
+    def forward(self, x, s, z, g):
         return ({exprs},)
 
 
 def get_inputs():
     return [torch.randn(2, 8, 17, 19, dtype=torch.{dtype}){cl4}, torch.randn(3, 8, 61, dtype=torch.{dtype}),
-            torch.randn(2, 8, 7, 10, 11, dtype=torch.{dtype}){cl5}]
+            torch.randn(2, 8, 7, 10, 11, dtype=torch.{dtype}){cl5}, torch.randn(4, 8, 7, 9, dtype=torch.{dtype}){cl4}]
 
 
 def get_init_inputs():
@@ -65,7 +67,7 @@ def get_init_inputs():
 def sweep_source(dtype: str, channels_last: bool) -> str:
     exprs = []
     for i, pool in enumerate(SWEEP):
-        var, d = ("x", 2) if "{x}" in pool else ("s", 1) if "{s}" in pool else ("z", 3)
+        var, d = next((v, d) for v, d in (("x", 2), ("g", 2), ("s", 1), ("z", 3)) if "{" + v + "}" in pool)
         c = round(0.05 * (i + 1), 2)  # a constant of its own: no two prologues are the same value
         pro = PROLOGUES[i % 3].format(v=var, c=c, d=d)
         expr = EPILOGUES[(i // 3) % 3].format(p=pool.format(**{var: pro}), c=c + 1, d=d)

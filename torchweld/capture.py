@@ -271,6 +271,9 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                     and n.args[0] in names and made_shape.get(names[n.args[0]]) == shape:
                 names[n] = names[n.args[0]]  # a view back to what the IR node already is (instance norm)
                 continue
+            if _restride_noop(n, nodes, names):
+                names[n] = names[n.args[0]]
+                continue
             node = _pointwise(n, packet, name, shape, dtype, names, origin)
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
             if made is not None and len(made) == 1:
@@ -298,6 +301,19 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
     return device_neutral(Graph(tuple(nodes), outputs, single))
+
+
+def _restride_noop(n: torch.fx.Node, nodes: list[Node], names: dict) -> bool:
+    """`as_strided_(v, v.shape, strides)` that moves no element: every dim longer than 1 keeps its
+    stride (ATen's channels-last fix-up of a global pool's (N, C, 1, 1) result)."""
+    if str(n.target) != "aten.as_strided_.default" or len(n.args) < 3 or not isinstance(n.args[0], torch.fx.Node):
+        return False
+    if len(n.args) > 3 and n.args[3] not in (None, 0):
+        return False
+    src = next((m for m in reversed(nodes) if m.name == names.get(n.args[0])), None)
+    if src is None or tuple(n.args[1]) != tuple(src.shape) or len(src.stride) != len(src.shape):
+        return False
+    return all(size == 1 or int(a) == b for size, a, b in zip(src.shape, n.args[2], src.stride))
 
 
 # Ops the CPU trace picks that would not run on a GPU (the emitted file runs on CUDA).

@@ -11,6 +11,7 @@ alone. Over channels-last data the pool kernel (channels side by side) is the co
 from __future__ import annotations
 
 import operator
+from math import prod
 
 import torch
 
@@ -146,7 +147,7 @@ def pool_nodes(n: torch.fx.Node, name: str, names: dict, origin: str) -> tuple[l
         shape = shape[:-2] + shape[-1:]
         stride = tuple(_val(readers[0]).stride()) if readers else stride[:-2] + stride[-1:]
         aliases = readers
-    if whole and _innermost(xv, d):
+    if whole and (_innermost(xv, d) or _few_long_rows(shape, prod(xv.shape[-d:]))):
         red = "amax" if "max" in op else "mean"
         dims = tuple(range(xv.dim() - d, xv.dim()))
         node = Node(name, red, (Ref(names[x]),), shape, dtype,
@@ -155,6 +156,12 @@ def pool_nodes(n: torch.fx.Node, name: str, names: dict, origin: str) -> tuple[l
     node = Node(name, op, (Ref(names[x]),), shape, dtype, attrs=tuple(sorted(attrs.items())), origin=origin,
                 stride=stride)
     return [node], aliases
+
+
+def _few_long_rows(out_shape: tuple, window: int) -> bool:
+    """Too few outputs to fill a GPU with one thread each, every one a long serial loop: a block
+    of threads per row (the reduce kernel) wins even where its reads are strided."""
+    return prod(out_shape) < 16384 and window > 64
 
 
 def _unsqueezed(x) -> bool:
@@ -176,6 +183,8 @@ def spatial_reduction_as_pool(node: Node, x) -> Node:
     dims, nd = tuple(node.attr("dims")), xv.dim()
     d = len(dims)
     if not 1 <= d <= 3 or nd not in (d + 1, d + 2) or dims != tuple(range(nd - d, nd)) or _innermost(xv, d):
+        return node
+    if _few_long_rows(node.shape, prod(xv.shape[-d:])):
         return node
     op = "adaptive_avg_pool" if node.op == "mean" else "adaptive_max_pool"
     return Node(node.name, op, node.args, node.shape, node.dtype, attrs=(("out", (1,) * d),), origin=node.origin,

@@ -181,8 +181,8 @@ CHEAP = frozenset({"add", "sub", "mul", "div", "neg", "fma", "abs", "relu", "min
 def window_reads(anchor: Node, in_shape: tuple) -> int:
     """About how many windows of a pool read each input element (how often a prologue is recomputed)."""
     d = len(anchor.attr("out", anchor.attr("kernel", ())))
-    if anchor.op.startswith("adaptive"):
-        return _numel(2 if i % o else 1 for i, o in zip(in_shape[-d:], anchor.shape[-d:]))
+    if anchor.op.startswith("adaptive"):  # windows of In/Out positions, one more where they overlap
+        return _numel(-(-o // i) + (1 if i % o else 0) for i, o in zip(in_shape[-d:], anchor.shape[-d:]))
     span = [(k - 1) * dil + 1 for k, dil in zip(anchor.attr("kernel"), anchor.attr("dilation", (1,) * d))]
     return _numel(-(-w // s) for w, s in zip(span, anchor.attr("stride")))
 

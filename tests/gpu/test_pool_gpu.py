@@ -75,7 +75,7 @@ def test_pool_sweep_matches_eager(dtype, channels_last, tmp_path):
     path.write_text(sweep_source(dtype, channels_last))
     prob = load_problem(path)
     result = compile_problem(prob)
-    assert sum(k.kind == "pool" for k in result.plan.kernels) >= len(SWEEP) - 2  # global ones may be reductions
+    assert sum(k.kind == "pool" for k in result.plan.kernels) >= len(SWEEP) - 3  # global ones may be reductions
     out = tmp_path / "new.py"
     out.write_text(result.source)
     module = load_module(out, out.read_text(), prefix="tw_pool_sweep")
