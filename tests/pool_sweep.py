@@ -64,14 +64,18 @@ def get_init_inputs():
 '''
 
 
-def sweep_source(dtype: str, channels_last: bool) -> str:
+def sweep_exprs() -> list[str]:
+    """Each pool of SWEEP with prologue i % 3 and epilogue (i // 3) % 3."""
     exprs = []
     for i, pool in enumerate(SWEEP):
         var, d = next((v, d) for v, d in (("x", 2), ("g", 2), ("s", 1), ("z", 3)) if "{" + v + "}" in pool)
         c = round(0.05 * (i + 1), 2)  # a constant of its own: no two prologues are the same value
         pro = PROLOGUES[i % 3].format(v=var, c=c, d=d)
-        expr = EPILOGUES[(i // 3) % 3].format(p=pool.format(**{var: pro}), c=c + 1, d=d)
-        exprs.append(expr)
-    return SOURCE.format(dtype=dtype, exprs=",\n                ".join(exprs),
+        exprs.append(EPILOGUES[(i // 3) % 3].format(p=pool.format(**{var: pro}), c=c + 1, d=d))
+    return exprs
+
+
+def sweep_source(dtype: str, channels_last: bool) -> str:
+    return SOURCE.format(dtype=dtype, exprs=",\n                ".join(sweep_exprs()),
                          cl4=".contiguous(memory_format=torch.channels_last)" if channels_last else "",
                          cl5=".contiguous(memory_format=torch.channels_last_3d)" if channels_last else "")

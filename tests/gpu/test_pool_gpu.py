@@ -1,7 +1,8 @@
-"""On a GPU: pool kernels against eager PyTorch. Every problems/pool problem on inputs holding NaN
-and +-inf, and a sweep of pooling settings (kernel, stride, padding, dilation, ceil_mode,
-count_include_pad, divisor_override, adaptive sizes; 1-d, 2-d, 3-d; fp32, fp16, bf16;
-contiguous and channels-last) with prologues and epilogues, each sweep one ModelNew build."""
+"""On a GPU: pool kernels against eager PyTorch. Every problems/pool problem on fresh inputs (with
+NaN and +-inf among them where no convolution or matmul runs first), and a sweep of pooling
+settings (kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor_override,
+adaptive sizes; 1-d, 2-d, 3-d; fp32, fp16, bf16; contiguous and channels-last) with prologues
+and epilogues, each sweep one ModelNew build."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pool_sweep import SWEEP, sweep_source
+from pool_sweep import SWEEP, sweep_exprs, sweep_source
+from torchweld.ir import LIBRARY
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_module, load_problem
 
@@ -47,17 +49,22 @@ def _compare(got, want, dtype, name: str) -> list[str]:
 @pytest.mark.parametrize("problem", POOL_PROBLEMS, ids=lambda p: p.stem)
 def test_pool_problem_with_special_values(problem, tmp_path):
     prob = load_problem(problem)
+    result = compile_problem(prob)
+    # NOTE: NaN and inf go only where no library call runs first: cuDNN's Winograd/FFT convolutions
+    # smear them over whole tiles, differently for the reference's algorithm and ours.
+    library = any(n.target in LIBRARY for n in result.plan.graph.nodes)
     out = tmp_path / "new.py"
-    out.write_text(compile_problem(prob).source)
+    out.write_text(result.source)
     module = load_module(out, out.read_text(), prefix="tw_pool_gpu")
     ref = prob.build_model(seed=0).cuda()
     new = module.ModelNew(*prob.init_inputs()).cuda()
     new.load_state_dict(ref.state_dict())
+    new._tw_general = _no_general_path
     bad = []
     for trial in range(3):
         torch.manual_seed(100 + trial)
         inputs = [t.cuda() for t in prob.inputs()]
-        if trial:  # trial 0: plain random inputs; then NaN and inf among them
+        if trial and not library:  # trial 0: plain random inputs; then NaN and inf among them
             inputs = [_special(t, trial) if t.is_floating_point() else t for t in inputs]
         with torch.no_grad():
             want = ref(*[t.clone() for t in inputs])
@@ -82,6 +89,7 @@ def test_pool_sweep_matches_eager(dtype, channels_last, tmp_path):
     ref = prob.build_model(seed=0).cuda()
     new = module.ModelNew().cuda()
     new.load_state_dict(ref.state_dict())
+    new._tw_general = _no_general_path
     bad = []
     for trial in range(3):
         torch.manual_seed(200 + trial)
@@ -93,7 +101,8 @@ def test_pool_sweep_matches_eager(dtype, channels_last, tmp_path):
             got = new(*[t.clone() for t in inputs])
         torch.cuda.synchronize()
         bad += _compare(got, want, getattr(torch, dtype), f"trial {trial}")
-        if not trial:  # the kernels ran (not the general path): shapes and strides are as captured
-            assert not bad, "\n".join(bad)
-    assert not bad, "\n".join(bad) + "\n" + "\n".join(f"output {i}: {e}" for i, e in enumerate(
-        sweep_source(dtype, channels_last).split("return (")[1].split(",\n")))
+    assert not bad, "\n".join(bad) + "\n" + "\n".join(f"output {i}: {e}" for i, e in enumerate(sweep_exprs()))
+
+
+def _no_general_path(*args):
+    raise AssertionError("the inputs took the general path: the kernels did not run")
