@@ -18,10 +18,9 @@ import torch
 from torchweld.ir import Node, Ref
 
 KERNEL_DTYPES = ("float32", "float16", "bfloat16")
-_MAX, _AVG = "max_pool", "avg_pool"
 _TARGETS = {  # aten target -> (pool op, number of pooled dims)
-    **{f"aten.max_pool{d}d{v}.default": (_MAX, d) for d in (1, 2, 3) for v in ("", "_with_indices")},
-    **{f"aten.avg_pool{d}d.default": (_AVG, d) for d in (1, 2, 3)},
+    **{f"aten.max_pool{d}d{v}.default": ("max_pool", d) for d in (1, 2, 3) for v in ("", "_with_indices")},
+    **{f"aten.avg_pool{d}d.default": ("avg_pool", d) for d in (1, 2, 3)},
     **{f"aten.{u}adaptive_avg_pool{d}d.default": ("adaptive_avg_pool", d) for d in (1, 2, 3) for u in ("", "_")},
     **{f"aten.adaptive_max_pool{d}d.default": ("adaptive_max_pool", d) for d in (1, 2, 3)},
 }
@@ -110,36 +109,13 @@ def pool_nodes(n: torch.fx.Node, name: str, names: dict, origin: str) -> tuple[l
     dtype = str(out.dtype).removeprefix("torch.")
     if dtype not in KERNEL_DTYPES or xv.dtype != out.dtype or 0 in xv.shape or 0 in out.shape:
         return None
-    a = _call_args(n)
-    if op.startswith("adaptive"):
-        attrs = {"out": _expand(a["output_size"], d)}
-        if attrs["out"] is None or tuple(out.shape[-d:]) != attrs["out"]:
-            return None
-        trivial = [o == 1 for o in attrs["out"]]
-        whole = all(o == 1 for o in attrs["out"])
-    else:
-        k = _expand(a["kernel_size"], d)
-        s = _expand(a["stride"], d) if a["stride"] else k
-        p = _expand(a["padding"], d)
-        dil = _expand(a.get("dilation", 1), d)
-        if None in (k, s, p, dil) or a.get("divisor_override") == 0:
-            return None
-        ceil = bool(a["ceil_mode"])
-        want = tuple(out_size(xv.shape[-d + i], k[i], s[i], p[i], dil[i], ceil) for i in range(d))
-        if want != tuple(out.shape[-d:]):
-            return None
-        attrs = {"kernel": k, "stride": s, "padding": p, "ceil_mode": ceil}
-        if op == _MAX:
-            attrs["dilation"] = dil
-        else:
-            attrs["count_include_pad"] = bool(a["count_include_pad"])
-            attrs["divisor"] = a.get("divisor_override")
-        trivial = [k[i] == 1 and s[i] == 1 and p[i] == 0 and dil[i] == 1 for i in range(d)]
-        whole = tuple(k) == tuple(xv.shape[-d:]) and not any(p) and set(dil) == {1} and not attrs.get("divisor")
+    got = _attrs(op, d, _call_args(n), tuple(xv.shape), tuple(out.shape))
+    if got is None:
+        return None
+    attrs, trivial, whole = got
     aliases: list = []
     shape, stride = tuple(out.shape), tuple(out.stride())
-    if d == 2 and trivial[0] and _unsqueezed(x) and attrs.get("divisor") is None and all(
-            r.op == "call_function" and str(r.target) in _SQUEEZE and _norm_dim(r.args[1], out.dim()) == out.dim() - 2 for r in readers):
+    if d == 2 and trivial[0] and attrs.get("divisor") is None and _one_d(x, readers, out.dim()):
         # unsqueeze(x, -2) -> 2-d pool over (1, L) -> squeeze(-2): a 1-d pool of x
         x, d = x.args[0], 1
         xv = _val(x)
@@ -156,6 +132,41 @@ def pool_nodes(n: torch.fx.Node, name: str, names: dict, origin: str) -> tuple[l
     node = Node(name, op, (Ref(names[x]),), shape, dtype, attrs=tuple(sorted(attrs.items())), origin=origin,
                 stride=stride)
     return [node], aliases
+
+
+def _attrs(op: str, d: int, a: dict, in_shape: tuple, out_shape: tuple):
+    """(attrs, which dims pool nothing, whether one window covers the input), or None where the
+    call is not one the kernel reproduces (the size rule must give the captured output shape)."""
+    if op.startswith("adaptive"):
+        out = _expand(a["output_size"], d)
+        if out is None or tuple(out_shape[-d:]) != out:
+            return None
+        return {"out": out}, [o == 1 for o in out], all(o == 1 for o in out)
+    k = _expand(a["kernel_size"], d)
+    s = _expand(a["stride"], d) if a["stride"] else k
+    p = _expand(a["padding"], d)
+    dil = _expand(a.get("dilation", 1), d)
+    if None in (k, s, p, dil) or a.get("divisor_override") == 0:
+        return None
+    ceil = bool(a["ceil_mode"])
+    if tuple(out_size(in_shape[-d + i], k[i], s[i], p[i], dil[i], ceil) for i in range(d)) != tuple(out_shape[-d:]):
+        return None
+    attrs = {"kernel": k, "stride": s, "padding": p, "ceil_mode": ceil}
+    if op == "max_pool":
+        attrs["dilation"] = dil
+    else:
+        attrs["count_include_pad"] = bool(a["count_include_pad"])
+        if a.get("divisor_override") is not None:
+            attrs["divisor"] = int(a["divisor_override"])
+    trivial = [k[i] == 1 and s[i] == 1 and p[i] == 0 and dil[i] == 1 for i in range(d)]
+    whole = k == tuple(in_shape[-d:]) and not any(p) and set(dil) == {1} and not attrs.get("divisor")
+    return attrs, trivial, whole
+
+
+def _one_d(x, readers: list, ndim: int) -> bool:
+    """The pool reads unsqueeze(v, -2) and every reader squeezes dim -2 away again."""
+    return _unsqueezed(x) and all(r.op == "call_function" and str(r.target) in _SQUEEZE
+                                  and _norm_dim(r.args[1], ndim) == ndim - 2 for r in readers)
 
 
 def _few_long_rows(out_shape: tuple, window: int) -> bool:
