@@ -306,9 +306,9 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
 def _restride_noop(n: torch.fx.Node, nodes: list[Node], names: dict) -> bool:
     """`as_strided_(v, v.shape, strides)` that moves no element: every dim longer than 1 keeps its
     stride (ATen's channels-last fix-up of a global pool's (N, C, 1, 1) result)."""
-    if str(n.target) != "aten.as_strided_.default" or len(n.args) < 3 or not isinstance(n.args[0], torch.fx.Node):
-        return False
-    if len(n.args) > 3 and n.args[3] not in (None, 0):
+    # NOTE: a storage offset given would move the view; without one it stays where it is
+    if str(n.target) != "aten.as_strided_.default" or len(n.args) != 3 or n.kwargs or \
+            not isinstance(n.args[0], torch.fx.Node):
         return False
     src = next((m for m in reversed(nodes) if m.name == names.get(n.args[0])), None)
     if src is None or tuple(n.args[1]) != tuple(src.shape) or len(src.stride) != len(src.shape):
