@@ -209,10 +209,10 @@ def test_kernel_source_semantics():
     assert "float q_acc = -INFINITY;" in cu and "q_acc = tw_max(x0, q_acc);" in cu
     assert "if ((q_h2 < 0) || (q_h2 >= 17)) continue;" in cu and "#pragma unroll" in cu
     cu = module_source(*_parts(_compiled(lambda s, v: F.avg_pool2d(v, 3, 2, 1, True, False), x)))
-    assert "const int q_n2 = min(q_b2 + 3, 17) - max(q_b2, 0);" in cu
+    assert "const int q_n2 = tw_min(q_b2 + 3, 17) - tw_max(q_b2, 0);" in cu
     assert "((q_n2 <= 0) || (q_n3 <= 0)) ? 0.0f : q_acc / (float)(q_n2 * q_n3)" in cu
     cu = module_source(*_parts(_compiled(lambda s, v: F.avg_pool2d(v, 3, 2, 1, True, True), x)))
-    assert "q_acc / (float)(q_z2 * q_z3)" in cu and "const int q_z3 = min(q_b3 + 3, 20) - q_b3;" in cu
+    assert "q_acc / (float)(q_z2 * q_z3)" in cu and "const int q_z3 = tw_min(q_b3 + 3, 20) - q_b3;" in cu
     cu = module_source(*_parts(_compiled(lambda s, v: F.avg_pool2d(v, 2), x)))
     assert "q_acc / (float)(4)" in cu and "continue" not in cu  # every window inside: no tests
     cu = module_source(*_parts(_compiled(lambda s, v: F.adaptive_avg_pool2d(v, (5, 19)), x)))

@@ -75,7 +75,8 @@ def _cast(kind):
     return fn
 
 
-SCOPE = {"min": lambda a, b: V(torch.minimum(V._t(a), V._t(b))), "max": lambda a, b: V(torch.maximum(V._t(a), V._t(b))),
+SCOPE = {"tw_min": lambda a, b: V(torch.minimum(V._t(a), V._t(b))),
+         "tw_max": lambda a, b: V(torch.maximum(V._t(a), V._t(b))),
          **{f"_cast_{k}": _cast(k) for k in ("int", "unsigned", "long", "float")}}
 
 
@@ -248,4 +249,4 @@ def test_evaluator_refuses_what_c_would_do_differently():
         c_eval("q_a / 2", {"q_a": torch.tensor([-7])})
     with pytest.raises(AssertionError):
         c_eval("(unsigned)(q_h)", {"q_h": torch.tensor([-1])})
-    assert c_eval("min(q_b + 3u, 15) - max(q_b, 0)", {"q_b": torch.tensor([-1, 13])}).t.tolist() == [2, 2]
+    assert c_eval("tw_min(q_b + 3u, 15) - tw_max(q_b, 0)", {"q_b": torch.tensor([-1, 13])}).t.tolist() == [2, 2]

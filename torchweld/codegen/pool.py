@@ -14,7 +14,7 @@ the epilogue to the pooled value and stores it. Windows follow ATen's kernels ex
 - adaptive: positions [floor(o*In/Out), ceil((o+1)*In/Out)); the average divides by each
   dim's window length in turn, as ATen does (`sum / kH / kW`).
 
-Every index expression is written in a small C subset (+ - * / % min max, `||`, casts as
+Every index expression is written in a small C subset (+ - * / % tw_min tw_max, `||`, casts as
 `(T)(...)`) that tests/test_pool.py evaluates in Python and checks against torch's pooling.
 """
 from __future__ import annotations
@@ -60,8 +60,8 @@ class Axis:
         out = [("int", f"q_b{d}", f"(int)({c})" + (f" * {self.stride}" if self.stride != 1 else "")
                 + (f" - {self.pad}" if self.pad else ""))]
         if avg and self.checked:
-            out += [("int", f"q_n{d}", f"min(q_b{d} + {self.k}, {self.size}) - max(q_b{d}, 0)"),
-                    ("int", f"q_z{d}", f"min(q_b{d} + {self.k}, {self.size + self.pad}) - q_b{d}")]
+            out += [("int", f"q_n{d}", f"tw_min(q_b{d} + {self.k}, {self.size}) - tw_max(q_b{d}, 0)"),
+                    ("int", f"q_z{d}", f"tw_min(q_b{d} + {self.k}, {self.size + self.pad}) - q_b{d}")]
         return out
 
     def position(self) -> str:
