@@ -33,6 +33,7 @@ SWEEP = [
     "F.avg_pool3d({z}, (2, 3, 3), 2, (0, 1, 1), divisor_override=1)",
     "F.adaptive_avg_pool3d({z}, (2, 3, 4))",
     "F.adaptive_max_pool3d({z}, (3, 2, 5))",
+    "F.avg_pool2d({x}.transpose(2, 3), 3, 2, 1, ceil_mode=True)",  # read along H, written in eager's layout
 ]
 PROLOGUES = ["{v}", "torch.relu({v} + {c})", "{v} * (self.w{d} + {c})"]
 EPILOGUES = ["{p}", "F.hardswish({p})", "torch.sigmoid({p} - self.w{d}) * {c}"]
