@@ -14,7 +14,8 @@ import torch.nn as nn
 PROBLEMS = Path(__file__).resolve().parent.parent / "problems"
 FILES = sorted(p for p in PROBLEMS.rglob("*.py") if p.name != "__init__.py")
 
-CATEGORIES = ("seeds", "conv", "conv_transpose", "matmul", "elementwise", "broadcast", "lowp", "reduce", "norm")
+CATEGORIES = ("seeds", "conv", "conv_transpose", "matmul", "elementwise", "broadcast", "lowp", "reduce", "norm",
+              "pool")
 MIN_PER_CATEGORY = 4
 MIN_PROBLEMS = 36
 SEED_FILES = (
@@ -43,8 +44,8 @@ def _load(path: Path) -> dict:
 
 
 def _expected_dtypes(category: str, path: Path | None = None) -> tuple[torch.dtype, ...]:
-    """lowp/ holds fp16/bf16 problems; reduce/ and norm/ mark theirs with an _fp16/_bf16 suffix."""
-    lowp_name = path is not None and category in ("reduce", "norm") and path.stem.endswith(("_fp16", "_bf16"))
+    """lowp/ holds fp16/bf16 problems; reduce/, norm/ and pool/ mark theirs with an _fp16/_bf16 suffix."""
+    lowp_name = path is not None and category in ("reduce", "norm", "pool") and path.stem.endswith(("_fp16", "_bf16"))
     return LOWP_DTYPES if category == "lowp" or lowp_name else (torch.float32,)
 
 

@@ -11,6 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
 from torchweld.capture_norm import anchor_nodes
+from torchweld.capture_pool import pool_nodes, spatial_reduction_as_pool
 from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref
 
 
@@ -201,6 +202,9 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     tuples: set[torch.fx.Node] = set()  # norms converted to one IR node: getitem 0 is that node
     made_shape: dict[str, tuple] = {}  # anchors' shapes (instance norm: not its traced view's)
     items: dict[tuple, str] = {}  # (tuple-valued fx node, index) -> IR node, for anchors of two results
+    dropped: set[torch.fx.Node] = set()  # a pool's unused indices, and what reads only them
+    pools: set[torch.fx.Node] = set()  # fx nodes converted to pools
+    aliases: dict[torch.fx.Node, str] = {}  # the squeezes after a 1-d pool: that pool's value
 
     def meta(n):
         val = n.meta.get("val")
@@ -242,11 +246,19 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
         shape, dtype = meta(n)
         name = f"v{len(nodes)}"
         origin = _origin(n, filename)
+        if n in aliases:
+            names[n] = aliases[n]
+            continue
+        if any(a in dropped for a in n.all_input_nodes):  # NOTE: only unused values are dropped
+            dropped.add(n)
+            continue
         if n.target is operator.getitem and n.args[0] in tuples:
             if (n.args[0], n.args[1]) in items:  # var_mean's mean, max's values or indices
                 names[n] = items[(n.args[0], n.args[1])]
-            elif n.args[1] == 0:  # a converted norm's output; its saved statistics are unused
+            elif n.args[1] == 0:  # a converted norm's or pool's output; its statistics or indices are unused
                 names[n] = names[n.args[0]]
+            elif n.args[0] in pools:  # a max pool's indices (capture_pool checked that nothing uses them)
+                dropped.add(n)
             continue
         if n.target is operator.getitem:
             node = Node(name, "getitem", (Ref(names[n.args[0]]), n.args[1]), shape, dtype, origin=origin)
@@ -259,8 +271,19 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                     and n.args[0] in names and made_shape.get(names[n.args[0]]) == shape:
                 names[n] = names[n.args[0]]  # a view back to what the IR node already is (instance norm)
                 continue
+            if _restride_noop(n, nodes, names):
+                names[n] = names[n.args[0]]
+                continue
             node = _pointwise(n, packet, name, shape, dtype, names, origin)
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
+            if made is not None and len(made) == 1:
+                made = [spatial_reduction_as_pool(made[0], n.args[0])]
+            if node is None and made is None:
+                pooled = pool_nodes(n, name, names, origin)
+                if pooled is not None:
+                    made = pooled[0]
+                    pools.add(n)
+                    aliases.update((a, made[-1].name) for a in pooled[1])
             if made is not None:
                 for m in made[:-1]:
                     nodes.append(m)
@@ -278,6 +301,19 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
     return device_neutral(Graph(tuple(nodes), outputs, single))
+
+
+def _restride_noop(n: torch.fx.Node, nodes: list[Node], names: dict) -> bool:
+    """`as_strided_(v, v.shape, strides)` that moves no element: every dim longer than 1 keeps its
+    stride (ATen's channels-last fix-up of a global pool's (N, C, 1, 1) result)."""
+    # NOTE: a storage offset given would move the view; without one it stays where it is
+    if str(n.target) != "aten.as_strided_.default" or len(n.args) != 3 or n.kwargs or \
+            not isinstance(n.args[0], torch.fx.Node):
+        return False
+    src = next((m for m in reversed(nodes) if m.name == names.get(n.args[0])), None)
+    if src is None or tuple(n.args[1]) != tuple(src.shape) or len(src.stride) != len(src.shape):
+        return False
+    return all(size == 1 or int(a) == b for size, a, b in zip(src.shape, n.args[2], src.stride))
 
 
 # Ops the CPU trace picks that would not run on a GPU (the emitted file runs on CUDA).

@@ -7,7 +7,9 @@ from math import prod
 
 import torch
 
-from torchweld.codegen.kernel import ITEMSIZE, is_contiguous, module_source, operands, vec_class, vector_width
+from torchweld.codegen.kernel import (ITEMSIZE, contiguous_strides, is_contiguous, module_source, operands, vec_class,
+                                     vector_width)
+from torchweld.codegen.pool import memory_order, out_strides
 from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.codegen.reduce import reduce_launch, reduce_traffic
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
@@ -318,6 +320,31 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
     return "\n".join(lines)
 
 
+def _pool_wrapper(k: Kernel, graph: Graph) -> str:
+    """Like `_reduce_wrapper`, for a pool kernel: each output in the layout the kernel writes."""
+    nodes = graph.by_name()
+    anchor = nodes[k.anchor]
+    order = memory_order(nodes[anchor.args[0]].shape, nodes[anchor.args[0]].stride)
+    lines = [
+        f"def _{k.name}({', '.join(f'a_{a}' for a in k.inputs)}):",
+        f'    """{k.name}: {anchor.op} with {len(k.nodes) - 1} fused pointwise ops; see its CUDA source above."""',
+        *_prepare(list(k.inputs), nodes),
+    ]
+    allocs = []
+    for o in k.outputs:
+        shape, stride = tuple(nodes[o].shape), out_strides(nodes[o], order)
+        allocs.append(_allocate(o, shape, nodes[o].dtype, [nodes[a] for a in k.inputs])
+                      if stride == contiguous_strides(shape) else
+                      f"    out_{o} = torch.empty_strided({shape!r}, {stride!r}, dtype=torch.{nodes[o].dtype}, device=dev)")
+    if any("device=dev" in a for a in allocs):
+        lines.append(f"    dev = a_{k.inputs[0]}.device")
+    lines += allocs
+    ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
+    lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}")
+    lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
+    return "\n".join(lines)
+
+
 def _wrapper(k: Kernel, graph: Graph) -> str:
     """The Python function that lays out operands, allocates outputs and launches one kernel.
 
@@ -325,6 +352,8 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
     as much as a small kernel's whole run."""
     if k.kind == "reduce":
         return _reduce_wrapper(k, graph)
+    if k.kind == "pool":
+        return _pool_wrapper(k, graph)
     nodes = graph.by_name()
     ops = operands(k, graph)
     vec = vector_width(k, graph)
@@ -367,7 +396,9 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     other = [n for n in lib if n.target not in LIBRARY and n.target not in metadata_only]
     fused = sum(len(k.nodes) for k in plan.kernels)
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
-    what = f"{fused} ops ({len(reduce)} reductions/norms with their pointwise neighbours)" if reduce else (
+    pools = [k for k in plan.kernels if k.kind == "pool"]
+    anchored = [f"{len(reduce)} reductions/norms"] * bool(reduce) + [f"{len(pools)} pools"] * bool(pools)
+    what = f"{fused} ops ({' and '.join(anchored)} with their pointwise neighbours)" if anchored else (
         f"{fused} pointwise ops")
     lines = [f"torchweld: ModelNew for {problem_name}.", "",
              f"Fused: {what} into {len(plan.kernels)} CUDA kernel(s):"]
@@ -376,6 +407,11 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
         if k.kind == "reduce":
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, "
                          f"{reduce_traffic(k, graph)})")
+            continue
+        if k.kind == "pool":
+            out = nodes[k.anchor].shape
+            lines.append(f"  {k.name}: {ops}  {tuple(k.shape)} -> {tuple(out)} (one thread per output, "
+                         f"{prod(out):,} outputs)")
             continue
         lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
     if library:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torchweld.ir import NORM, POINTWISE, REDUCTION, ROWWISE, Graph, Node, Ref
+from torchweld.ir import NORM, POINTWISE, POOL, REDUCTION, ROWWISE, Graph, Node, Ref
 
-FUSES_A_PROLOGUE = POINTWISE | REDUCTION | ROWWISE | NORM
+FUSES_A_PROLOGUE = POINTWISE | REDUCTION | ROWWISE | NORM | POOL
 VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
 
 

@@ -32,7 +32,10 @@ ROWWISE = frozenset({"softmax", "log_softmax", "cumsum"})
 # A reduction's second result (max's values, var_mean's mean): made by its anchor's kernel.
 AUX = "reduce_aux"
 NORM = frozenset({"layer_norm", "group_norm", "instance_norm", "batch_norm"})
-ANCHORS = REDUCTION | ROWWISE | NORM
+# Pooling over the last 1-3 dims: each anchors one kernel of kind "pool" (codegen/pool.py), one
+# thread per output, with a pointwise prologue (recomputed per read) and epilogue (on the pooled value).
+POOL = frozenset({"max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_pool"})
+ANCHORS = REDUCTION | ROWWISE | NORM | POOL
 LEAVES = frozenset({"input", "param"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 

@@ -5,12 +5,14 @@ A generic partitioner (union of producer/consumer pairs, kept acyclic) driven by
 inside the kernel that reads them instead of being written out. Each reduction, softmax or norm
 (an anchor) then becomes a kernel of kind "reduce" that takes in the pointwise group producing
 its input (a prologue, recomputed per read) and the groups consuming its result (an epilogue).
+A pool becomes a kernel of kind "pool" in the same way, at its output shape.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchweld.ir import AUX, COMPARISONS, FLOAT_DTYPES, Graph, Node, REDUCTION, Ref, broadcasts_to, reduce_geometry
+from torchweld.ir import (AUX, COMPARISONS, FLOAT_DTYPES, POOL, REDUCTION, Graph, Node, Ref, broadcasts_to,
+                          reduce_geometry)
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
 NEVER_FUSED = frozenset({"input", "param", "aten", "getitem"})
@@ -25,7 +27,7 @@ class Kernel:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input
-    kind: str = "pointwise"  # or "reduce": one anchor with its prologue and epilogue
+    kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue
     anchor: str = ""
 
 
@@ -164,14 +166,38 @@ def _attach(g: _Groups, anchor: Node) -> None:
     readers_ok = set(prologue) | {anchor.name} | aux | ((mine - {anchor.name}) if full else set())
     if any(nodes[m].is_anchor for m in prologue):
         return
+    if anchor.op in POOL and not _worth_recomputing(anchor, [nodes[m] for m in prologue], nodes[x].shape):
+        return
     if all(broadcasts_to(nodes[m].shape, nodes[x].shape) for m in prologue) and all(
             u in readers_ok for m in prologue for u in users[m]):
         g.merge(anchor.name, x)
 
 
+# Ops a few instructions long: a pool may recompute them for every window that reads an element.
+CHEAP = frozenset({"add", "sub", "mul", "div", "neg", "fma", "abs", "relu", "minimum", "maximum", "clamp", "where",
+                   "leaky_relu", "hardswish", "hardsigmoid", "cast", "floor", "ceil", "round", "trunc", "sign"}) | COMPARISONS
+
+
+def window_reads(anchor: Node, in_shape: tuple) -> int:
+    """About how many windows of a pool read each input element (how often a prologue is recomputed)."""
+    d = len(anchor.attr("out", anchor.attr("kernel", ())))
+    if anchor.op.startswith("adaptive"):  # windows of In/Out positions, one more where they overlap
+        return _numel(-(-o // i) + (1 if i % o else 0) for i, o in zip(in_shape[-d:], anchor.shape[-d:]))
+    span = [(k - 1) * dil + 1 for k, dil in zip(anchor.attr("kernel"), anchor.attr("dilation", (1,) * d))]
+    return _numel(-(-w // s) for w, s in zip(span, anchor.attr("stride")))
+
+
+def _worth_recomputing(anchor: Node, prologue: list[Node], in_shape: tuple) -> bool:
+    """A prologue joins a pool unless windows overlap a lot and it holds costly math (exp, erf...):
+    recomputing it per read would then cost more than writing it once and reading it back."""
+    return window_reads(anchor, in_shape) <= 4 or all(m.op in CHEAP for m in prologue)
+
+
 def _kernel(name: str, members: list[str], graph: Graph, g: _Groups) -> Kernel | None:
     nodes = g.nodes
     anchors = [m for m in members if nodes[m].is_anchor]
+    if anchors and nodes[anchors[0]].op in POOL:
+        return _pool_kernel(name, members, anchors[0], g)
     if anchors:
         return _reduce_kernel(name, members, anchors[0], graph, g)
     shape = max((nodes[m].shape for m in members), key=lambda s: (_numel(s), len(s)))
@@ -207,6 +233,19 @@ def _reduce_kernel(name: str, members: list[str], anchor: str, graph: Graph, g: 
     if a.op in REDUCTION and any(r in before for m in after for r in nodes[m].inputs()):
         return None  # an epilogue at the reduced shape cannot read a value of the full shape
     return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor)
+
+
+def _pool_kernel(name: str, members: list[str], anchor: str, g: _Groups) -> Kernel | None:
+    """A pool with its prologue (at the input shape) and epilogue (at the pooled shape)."""
+    nodes = g.nodes
+    a = nodes[anchor]
+    inputs, outputs = _boundary(members, nodes, g.users)
+    before = ancestors_in(anchor, set(members), nodes)
+    if any(r in before for m in set(members) - before - {anchor} for r in nodes[m].inputs()):
+        return None  # an epilogue at the pooled shape cannot read a value of the input's shape
+    if any(nodes[o].shape != a.shape for o in outputs):
+        return None  # a smaller value is needed elsewhere: leave this group to PyTorch
+    return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(nodes[a.args[0]].shape), "pool", anchor)
 
 
 def ancestors_in(name: str, members: set[str], nodes: dict[str, Node]) -> set[str]:

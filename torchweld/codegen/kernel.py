@@ -246,6 +246,7 @@ def _blocks(count: int) -> str:
 
 def module_source(kernels: list[Kernel], graph: Graph) -> str:
     """The whole `.cu` file: prelude, then every kernel with its launcher."""
+    from torchweld.codegen.pool import pool_source
     from torchweld.codegen.reduce import REDUCE_PRELUDE, reduce_source
 
     lowp = any(n.dtype in ("float16", "bfloat16") for n in graph.nodes)
@@ -257,5 +258,5 @@ def module_source(kernels: list[Kernel], graph: Graph) -> str:
         from torchweld.codegen.scan import SCAN_PRELUDE
 
         prelude += SCAN_PRELUDE
-    return prelude + "\n" + "\n".join(
-        reduce_source(k, graph) if k.kind == "reduce" else kernel_source(k, graph) for k in kernels)
+    source = {"reduce": reduce_source, "pool": pool_source}
+    return prelude + "\n" + "\n".join(source.get(k.kind, kernel_source)(k, graph) for k in kernels)

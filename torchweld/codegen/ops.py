@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from torchweld.ir import ANCHORS, Node
+from torchweld.ir import ANCHORS, POOL, Node
 
 # float-typed libm names; the double versions drop the trailing "f".
 _LIBM = {
@@ -153,6 +153,8 @@ def torch_expr(n: Node, args: list[str]) -> str:
 def _anchor_expr(n: Node, args: list[str]) -> str:
     """Reductions, softmax and norms as the PyTorch calls they were captured from."""
     x, dims, keep = args[0], list(n.attr("dims", ())), n.attr("keepdim")
+    if n.op in POOL:
+        return _pool_expr(n, x)
     if n.op == "reduce_aux":  # args: the anchor, its input
         x = args[1]
         if n.attr("what") == "mean":
@@ -184,3 +186,16 @@ def _anchor_expr(n: Node, args: list[str]) -> str:
         return (f"F.batch_norm({x}.reshape(1, -1, *{x}.shape[2:]), {args[3]}, {args[4]}, {rep(w)}, {rep(b)}, True, "
                 f"{n.attr('momentum')!r}, {n.attr('eps')!r}).view({x}.shape)")
     return f"F.batch_norm({x}, {args[3]}, {args[4]}, {w}, {b}, True, {n.attr('momentum')!r}, {n.attr('eps')!r})"
+
+
+def _pool_expr(n: Node, x: str) -> str:
+    """A pool as the torch.nn.functional call with the captured parameters."""
+    d = len(n.attr("out", n.attr("kernel", ())))
+    if n.op.startswith("adaptive"):
+        return f"F.{n.op}{d}d({x}, {list(n.attr('out'))!r})"
+    k, s, p = (list(n.attr(key)) for key in ("kernel", "stride", "padding"))
+    if n.op == "max_pool":
+        return f"F.max_pool{d}d({x}, {k}, {s}, {p}, {list(n.attr('dilation'))}, ceil_mode={n.attr('ceil_mode')!r})"
+    extra = f", divisor_override={n.attr('divisor')!r}" if n.attr("divisor") else ""
+    return (f"F.avg_pool{d}d({x}, {k}, {s}, {p}, ceil_mode={n.attr('ceil_mode')!r}, "
+            f"count_include_pad={n.attr('count_include_pad')!r}{extra})")
