@@ -10,6 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
+from torchweld.capture_conv import depthwise_nodes
 from torchweld.capture_norm import anchor_nodes
 from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref
 
@@ -247,7 +248,8 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 names[n] = names[n.args[0]]
                 continue
             node = _pointwise(n, packet, name, shape, dtype, names, origin)
-            made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
+            made = None if node is not None else (anchor_nodes(n, packet, name, names, origin)
+                                                   or depthwise_nodes(n, name, names, origin))
             if made is not None:
                 for m in made[:-1]:
                     nodes.append(m)

@@ -242,12 +242,13 @@ def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
     return out
 
 
-def _prepare(names: list[str], nodes: dict) -> list[str]:
-    """Lay a kernel's operands out as it indexes them. Their device, dtype and shape need no check
-    here: forward's guard checked the inputs and parameters, and values made inside forward follow."""
+def _prepare(names: list[str], nodes: dict, contiguous: tuple = ()) -> list[str]:
+    """Lay a kernel's operands out as it indexes them (`contiguous`: those it reads contiguous
+    whatever their captured strides). Their device, dtype and shape need no check here: forward's
+    guard checked the inputs and parameters, and values made inside forward follow."""
     lines = []
     for a in names:
-        stride = _stride_spec(nodes[a])
+        stride = None if a in contiguous else _stride_spec(nodes[a])
         if stride is None:
             lines.append(f"    if not a_{a}.is_contiguous():")
             lines.append(f"        a_{a} = a_{a}.contiguous()")
@@ -272,7 +273,7 @@ def _launch(k: Kernel, ptrs: list[str], vec: str, first: str) -> list[str]:
 
 
 def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
-    """Like `_wrapper`, for a reduce kernel: outputs take their own shapes; no vector build."""
+    """Like `_wrapper`, for a reduce or depthwise kernel: outputs take their own shapes; no vector build."""
     nodes = graph.by_name()
     params = ", ".join(f"a_{a}" for a in k.inputs)
     anchor = nodes[k.anchor]
@@ -283,7 +284,8 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
     in_place = [a for a in anchor.args[3:5]] if anchor.op == "batch_norm" else []
     if in_place:  # NOTE: the kernel updates the running statistics in place: a copy would lose the update
         lines.append(f"    assert a_{in_place[0]}.is_contiguous() and a_{in_place[1]}.is_contiguous()")
-    lines += _prepare([a for a in k.inputs if a not in in_place], nodes)
+    flat = tuple(anchor.args[:2]) if k.kind == "depthwise" else ()  # the convolution's input and weight
+    lines += _prepare([a for a in k.inputs if a not in in_place], nodes, flat)
     operand_nodes = [nodes[a] for a in k.inputs]
     allocs = [_allocate(o, nodes[o].shape, nodes[o].dtype, operand_nodes) for o in k.outputs]
     if any("device=dev" in a for a in allocs):
@@ -301,7 +303,7 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
 
     NOTE: it runs on every forward, so it stays short: each Python step costs about a microsecond,
     as much as a small kernel's whole run."""
-    if k.kind == "reduce":
+    if k.kind in ("reduce", "depthwise"):
         return _reduce_wrapper(k, graph)
     nodes = graph.by_name()
     ops = operands(k, graph)
@@ -345,7 +347,10 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     other = [n for n in lib if n.target not in LIBRARY and n.target not in metadata_only]
     fused = sum(len(k.nodes) for k in plan.kernels)
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
-    what = f"{fused} ops ({len(reduce)} reductions/norms with their pointwise neighbours)" if reduce else (
+    convs = [k for k in plan.kernels if k.kind == "depthwise"]
+    anchored = ([f"{len(reduce)} reductions/norms"] if reduce else []) + (
+        [f"{len(convs)} depthwise convolution(s)"] if convs else [])
+    what = f"{fused} ops ({' and '.join(anchored)} with their pointwise neighbours)" if anchored else (
         f"{fused} pointwise ops")
     lines = [f"torchweld: ModelNew for {problem_name}.", "",
              f"Fused: {what} into {len(plan.kernels)} CUDA kernel(s):"]
@@ -354,6 +359,11 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
         if k.kind == "reduce":
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, "
                          f"{'one pass' if nodes[k.anchor].op in ('sum', 'mean', 'amax', 'amin', 'logsumexp') else 'two reads, one write'})")
+            continue
+        if k.kind == "depthwise":
+            taps = "x".join(map(str, nodes[nodes[k.anchor].args[1]].shape[2:]))
+            lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} outputs of a {taps} "
+                         "depthwise convolution; each input tile read once, the epilogue applied before the store)")
             continue
         lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
     if library:

@@ -29,7 +29,10 @@ LIBRARY = frozenset({
 REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
 ROWWISE = frozenset({"softmax", "log_softmax"})
 NORM = frozenset({"layer_norm", "group_norm", "batch_norm"})
-ANCHORS = REDUCTION | ROWWISE | NORM
+# Depthwise convolution (groups == input channels): anchors one kernel of kind "depthwise"
+# (codegen/depthwise.py) with a pointwise epilogue on its output; other convolutions stay in cuDNN.
+CONV = frozenset({"depthwise_conv"})
+ANCHORS = REDUCTION | ROWWISE | NORM | CONV
 LEAVES = frozenset({"input", "param"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 

@@ -5,12 +5,13 @@ A generic partitioner (union of producer/consumer pairs, kept acyclic) driven by
 inside the kernel that reads them instead of being written out. Each reduction, softmax or norm
 (an anchor) then becomes a kernel of kind "reduce" that takes in the pointwise group producing
 its input (a prologue, recomputed per read) and the groups consuming its result (an epilogue).
+A depthwise convolution becomes a kernel of kind "depthwise" with an epilogue only.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchweld.ir import COMPARISONS, FLOAT_DTYPES, Graph, Node, REDUCTION, Ref, broadcasts_to, reduce_geometry
+from torchweld.ir import CONV, COMPARISONS, FLOAT_DTYPES, Graph, Node, REDUCTION, Ref, broadcasts_to, reduce_geometry
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
 NEVER_FUSED = frozenset({"input", "param", "aten", "getitem"})
@@ -24,8 +25,8 @@ class Kernel:
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input
-    kind: str = "pointwise"  # or "reduce": one anchor with its prologue and epilogue
+    shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input; depthwise: its output's
+    kind: str = "pointwise"  # "reduce": one anchor with its prologue and epilogue; "depthwise": conv + epilogue
     anchor: str = ""
 
 
@@ -152,6 +153,8 @@ def _attach(g: _Groups, anchor: Node) -> None:
                 broadcasts_to(nodes[m].shape, anchor.shape) for m in group):
             continue
         g.merge(anchor.name, u)
+    if anchor.op in CONV:
+        return  # NOTE: the convolution reads its input tile as stored: no prologue
     x = anchor.args[0]
     if not isinstance(x, Ref) or x not in nodes or not fusible(nodes[x]):
         return
@@ -168,6 +171,8 @@ def _attach(g: _Groups, anchor: Node) -> None:
 def _kernel(name: str, members: list[str], graph: Graph, g: _Groups) -> Kernel | None:
     nodes = g.nodes
     anchors = [m for m in members if nodes[m].is_anchor]
+    if anchors and nodes[anchors[0]].op in CONV:
+        return _depthwise_kernel(name, members, anchors[0], g)
     if anchors:
         return _reduce_kernel(name, members, anchors[0], graph, g)
     shape = max((nodes[m].shape for m in members), key=lambda s: (_numel(s), len(s)))
@@ -202,6 +207,21 @@ def _reduce_kernel(name: str, members: list[str], anchor: str, graph: Graph, g: 
     if a.op in REDUCTION and any(r in before for m in member_set - before - {anchor} for r in nodes[m].inputs()):
         return None  # an epilogue at the reduced shape cannot read a value of the full shape
     return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor)
+
+
+def _depthwise_kernel(name: str, members: list[str], anchor: str, g: _Groups) -> Kernel | None:
+    """The convolution and its epilogue, where the kernel has a tiling for its shapes; else None
+    (the convolution then runs in PyTorch)."""
+    from torchweld.codegen.depthwise import geometry, tiling  # NOTE: here: codegen imports this module
+
+    nodes = g.nodes
+    a = nodes[anchor]
+    inputs, outputs = _boundary(members, nodes, g.users)
+    if ancestors_in(anchor, set(members), nodes) or any(nodes[o].shape != a.shape for o in outputs):
+        return None
+    if tiling(geometry(a, nodes)) is None:
+        return None
+    return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(a.shape), "depthwise", anchor)
 
 
 def ancestors_in(name: str, members: set[str], nodes: dict[str, Node]) -> set[str]:

@@ -245,11 +245,12 @@ def _blocks(count: int) -> str:
 
 def module_source(kernels: list[Kernel], graph: Graph) -> str:
     """The whole `.cu` file: prelude, then every kernel with its launcher."""
+    from torchweld.codegen.depthwise import depthwise_source
     from torchweld.codegen.reduce import REDUCE_PRELUDE, reduce_source
 
     lowp = any(n.dtype in ("float16", "bfloat16") for n in graph.nodes)
     prelude = PRELUDE.replace("%(LOWP)s\n", LOWP_PRELUDE if lowp else "")
     if any(k.kind == "reduce" for k in kernels):
         prelude += REDUCE_PRELUDE
-    return prelude + "\n" + "\n".join(
-        reduce_source(k, graph) if k.kind == "reduce" else kernel_source(k, graph) for k in kernels)
+    source = {"reduce": reduce_source, "depthwise": depthwise_source}
+    return prelude + "\n" + "\n".join(source.get(k.kind, kernel_source)(k, graph) for k in kernels)

@@ -1,0 +1,43 @@
+"""Capture of depthwise convolutions: `aten.convolution` with groups == input channels -> the IR's
+`depthwise_conv` anchor (ir.CONV), which its own kernel runs with the pointwise ops that follow.
+
+Only what that kernel computes exactly becomes an anchor: 1d or 2d, not transposed, float data of
+one dtype, one input channel per group (any multiplier). Anything else stays a library call.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import torch
+
+from torchweld.ir import Node, Ref
+
+KERNEL_DTYPES = ("float32", "float16", "bfloat16")
+CONVOLUTION = "aten.convolution.default"
+
+
+def _val(a):
+    return a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+
+
+def depthwise_nodes(n, name: str, names: dict, origin: str) -> list[Node] | None:
+    """The anchor for fx node `n` if it is a depthwise convolution the kernel handles, else None."""
+    if str(n.target) != CONVOLUTION or len(n.args) != 9 or n.kwargs:
+        return None
+    x, w, b, stride, padding, dilation, transposed, _, groups = n.args
+    xv, wv, bv, out = _val(x), _val(w), _val(b), n.meta.get("val")
+    tensors = [t for t in (xv, wv, out) + ((bv,) if b is not None else ())]
+    if not all(isinstance(t, torch.Tensor) for t in tensors) or transposed or xv.dim() not in (3, 4):
+        return None
+    dtype = str(out.dtype).removeprefix("torch.")
+    if dtype not in KERNEL_DTYPES or any(t.dtype != out.dtype for t in tensors) or out.numel() == 0:
+        return None
+    c, co = int(xv.shape[1]), int(wv.shape[0])
+    if groups != c or wv.shape[1] != 1 or co % c != 0 or (bv is not None and tuple(bv.shape) != (co,)):
+        return None
+    shape = tuple(int(s) for s in out.shape)
+    attrs = (("dilation", tuple(dilation)), ("groups", c), ("padding", tuple(padding)), ("stride", tuple(stride)))
+    strides = tuple(prod(shape[d + 1:]) for d in range(len(shape)))
+    ref = Ref(names[b]) if b is not None else None
+    return [Node(name, "depthwise_conv", (Ref(names[x]), Ref(names[w]), ref), shape, dtype, attrs=attrs,
+                 origin=origin, stride=strides)]  # NOTE: the kernel writes its output contiguous
