@@ -123,8 +123,9 @@ def run_on_host(cases: list, workdir: Path) -> list[dict]:
         parts += [device, _runner(k.name, k, nodes, t, blocks, smem)]
         calls.append(_call(k.name, k, nodes))
         values, exact = _values(p, state, inputs), _values(p, state, inputs, upcast=True)
+        flat = nodes[k.anchor].args[:2]  # NOTE: the wrapper hands the kernel these contiguous
         for a in k.inputs:
-            _dump(values[a], workdir / f"{k.name}_{a}.bin")
+            _dump(values[a], workdir / f"{k.name}_{a}.bin", None if a in flat else nodes[a].stride)
         for o in k.outputs:
             _dump(torch.full(nodes[o].shape, SENTINEL, dtype=values[o].dtype), workdir / f"{k.name}_{o}.bin")
         expected.append((k, {o: exact[o] for o in k.outputs}))
@@ -144,9 +145,14 @@ def run_on_host(cases: list, workdir: Path) -> list[dict]:
     return results
 
 
-def _dump(t: torch.Tensor, path: Path) -> None:
-    t = t.detach().contiguous().reshape(-1)
-    path.write_bytes(t.view(torch.uint8).numpy().tobytes())
+def _dump(t: torch.Tensor, path: Path, stride: tuple | None = None) -> None:
+    """The tensor's memory as the kernel reads it: contiguous, or laid out with the captured
+    `stride` as the emitted wrapper does (`_tw_layout`)."""
+    t = t.detach()
+    if stride and len(stride) == t.dim():
+        span = 1 + sum((n - 1) * st for n, st in zip(t.shape, stride))
+        t = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t).as_strided((span,), (1,))
+    path.write_bytes(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
 def _load(path: Path, like: torch.Tensor) -> torch.Tensor:

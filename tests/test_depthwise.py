@@ -65,6 +65,18 @@ def test_multiplier_and_1d_capture():
     assert dict(a.attrs) == {"dilation": (1,), "groups": 4, "padding": (1,), "stride": (2,)}
 
 
+def test_causal_slice_folds_into_the_convolution():
+    """conv1d(padding=k-1)[..., :L] (Mamba's causal conv): one convolution of length L, SiLU fused."""
+    p = kernels(lambda s, x: F.silu(F.conv1d(x, s.w, s.b, padding=3, groups=8)[..., :x.shape[-1]]), torch.randn(2, 8, 50),
+                w=torch.randn(8, 1, 4), b=torch.randn(8))
+    assert _kinds(p) == [("depthwise", ["depthwise_conv", "silu"])]
+    a = p.graph.by_name()[p.kernels[0].anchor]
+    assert a.shape == (2, 8, 50) and a.attr("window") == (0,) and any("fold_depthwise_crop" in s for s in p.graph.log)
+    kept = kernels(lambda s, x: (lambda y: (y, F.silu(y[..., :50])))(F.conv1d(x, s.w, padding=3, groups=8)),
+                   torch.randn(2, 8, 50), w=torch.randn(8, 1, 4))  # the whole output is needed too: no fold
+    assert all(n.attr("window") is None for n in kept.graph.nodes if n.op == "depthwise_conv")
+
+
 def test_conv_input_producer_is_not_a_prologue():
     """relu(x) feeds the conv: it stays its own kernel (the conv reads its input tile as stored)."""
     p = kernels(lambda s, x: torch.sigmoid(_dw(s, torch.relu(x), padding=1)), torch.randn(2, 4, 9, 9),
@@ -240,7 +252,14 @@ def _cases():
     k12 = conv(stride=2, padding=2)
     c.append(_case(lambda s, x: torch.relu(k12(s, x)), [r(2, 4, 17, 18)], torch.bfloat16, w=r(4, 1, 5, 5), b=r(4)))
     c.append(_case(lambda s, x: x + F.silu(conv1(padding=3)(s, x)[..., :-3]), [r(2, 6, 33)], torch.float16,
-                   w=r(6, 1, 4), b=r(6)))
+                   w=r(6, 1, 4), b=r(6)))  # causal: the slice folds into the convolution
+    c.append(_case(lambda s, x: x + F.silu(conv1(padding=3)(s, x)[:, :, :x.shape[-1]]), [r(2, 6, 37)], w=r(6, 1, 4),
+                   b=r(6)))
+    c.append(_case(lambda s, x: x[:, :, 1:-3, 2:] * torch.sigmoid(k2(s, x)[:, :, 1:-3, 2:]), [r(2, C, 15, 14)],
+                   w=r(C, 1, 5, 5), b=r(C)))  # the residual is a strided view
+    c.append(_case(lambda s, x: torch.relu(conv(stride=2, padding=1)(s, x)[..., 1:, :-1]), [r(2, C, 17, 16)],
+                   w=r(C, 1, 3, 3), b=r(C)))
+    c.append(_case(lambda s, x: torch.exp(conv1(dilation=2)(s, x)[..., 3:]), [r(2, 4, 40)], w=r(4, 1, 3), b=r(4)))
     c.append(_case(lambda s, x: x + F.silu(k4(s, x)), [r(1, 2, 13, 17)], torch.bfloat16, w=r(2, 1, 7, 7), b=r(2)))
     return c
 

@@ -44,7 +44,7 @@ class Geometry:
     KW: int
     SH: int = 1
     SW: int = 1
-    PH: int = 0
+    PH: int = 0  # input rows before output row 0's window (negative: it starts inside the input)
     PW: int = 0
     DH: int = 1
     DW: int = 1
@@ -58,6 +58,9 @@ def geometry(a: Node, nodes: dict[str, Node]) -> Geometry:
         return (fill,) * (lead // 2) + tuple(a.attr(key))
 
     (SH, SW), (PH, PW), (DH, DW) = two("stride", 1), two("padding", 0), two("dilation", 1)
+    if a.attr("window") is not None:  # an output window (window.py): it starts further into the input
+        (WH, WW) = (0,) * (lead // 2) + tuple(a.attr("window"))
+        PH, PW = PH - WH * SH, PW - WW * SW
     H, W = (1,) * (lead // 2) + tuple(x.shape[2:])
     OH, OW = (1,) * (lead // 2) + tuple(a.shape[2:])
     KH, KW = (1,) * (lead // 2) + tuple(w.shape[2:])
@@ -160,8 +163,8 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
             "  // The input tile and its halo (zero outside the input), then the planes' weights and biases.",
             f"  const unsigned tile = blk % {tiles}u;",
             f"  const {IT} p0 = ({IT})(blk / {tiles}u) * {t.PB}{itype};",
-            f"  const int ih0 = (int)(tile / {t.tiles_w}u) * {t.TY * t.VH * g.SH} - {g.PH}, "
-            f"iw0 = (int)(tile % {t.tiles_w}u) * {t.TX * t.VW * g.SW} - {g.PW};"]
+            f"  const int ih0 = (int)(tile / {t.tiles_w}u) * {t.TY * t.VH * g.SH} + {-g.PH}, "
+            f"iw0 = (int)(tile % {t.tiles_w}u) * {t.TX * t.VW * g.SW} + {-g.PW};"]
     iters = _cdiv(t.PB * TILE, t.threads)
     inside = [f"(unsigned)ih < {g.H}u", f"(unsigned)iw < {g.W}u"] + (
         [f"p0 + pl < {planes}{itype}"] if planes % t.PB else [])
@@ -271,8 +274,8 @@ def _epilogue(k: Kernel, nodes, st: _Stage, a: Node, g: Geometry, t: Tiling, IT:
     x = a.args[0]
     # NOTE: the conv input read at the output's own index (a residual) is in the tile already when
     # the output grid is the input grid (stride 1, one channel each, output shape = input shape).
-    if (g.SH, g.SW, g.M) == (1, 1, 1) and nodes[x].shape == a.shape and g.PH <= (g.KH - 1) * g.DH \
-            and g.PW <= (g.KW - 1) * g.DW:
+    if (g.SH, g.SW, g.M) == (1, 1, 1) and nodes[x].shape == a.shape and 0 <= g.PH <= (g.KH - 1) * g.DH \
+            and 0 <= g.PW <= (g.KW - 1) * g.DW:
         body = [f"const float {x} = tl[(a + {g.PH}) * {t.IWP} + b + {g.PW}];" if line == st.load(x, tuple(k.shape), "idx")
                 else line for line in body]
     vector = g.OW % t.VW == 0 and t.VW > 1

@@ -155,8 +155,13 @@ def _anchor_expr(n: Node, args: list[str]) -> str:
     x, dims = args[0], list(n.attr("dims", ()))
     if n.op == "depthwise_conv":
         spatial = [list(n.attr(k)) for k in ("stride", "padding", "dilation")]
-        return (f"torch.convolution({x}, {args[1]}, {args[2]}, {spatial[0]!r}, {spatial[1]!r}, {spatial[2]!r}, "
+        conv = (f"torch.convolution({x}, {args[1]}, {args[2]}, {spatial[0]!r}, {spatial[1]!r}, {spatial[2]!r}, "
                 f"False, {[0] * len(spatial[0])!r}, {n.attr('groups')!r})")
+        window = n.attr("window")
+        if window is None:
+            return conv
+        cut = ", ".join(f"{s}:{s + size}" for s, size in zip(window, n.shape[2:]))
+        return f"{conv}[:, :, {cut}]"
     if n.op in ("sum", "mean", "amax", "amin", "logsumexp"):
         return f"torch.{n.op}({x}, {dims!r}, keepdim={n.attr('keepdim')!r})"
     if n.op in ("softmax", "log_softmax"):
