@@ -146,6 +146,10 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
         conds += [f"{n.target}.get_device() != {first}.get_device()" for n in tensors[1:]]
         conds += [f"{p}.dtype != torch.{nodes[r].dtype} or {p}.get_device() != {first}.get_device()"
                   for r, p in _kernel_params(plan)]
+        # NOTE: a depthwise kernel is built for its weight's shape (kernel size, channels): another
+        # one (a constructor given another kernel_size) takes the general path.
+        conv_state = {nodes[k.anchor].args[1] for k in plan.kernels if k.kind == "depthwise"}
+        conds += [f"{p}.shape != {tuple(nodes[r].shape)!r}" for r, p in _kernel_params(plan) if r in conv_state]
     modes = _norm_modes(graph)
     conds += [f"{_module_path(m)}.training is not {t}" for m, t in modes]
     guard = "\n                or ".join(conds) or "False"

@@ -23,7 +23,7 @@ from torchweld.ir import Node
 from torchweld.plan import Kernel
 
 THREADS = 256  # threads a block aims at
-SMEM_BUDGET = 24 * 1024  # bytes of shared memory a block aims under (several blocks share an SM)
+SMEM_BUDGET = 32 * 1024  # bytes of shared memory a block aims under (several blocks share an SM)
 SMEM_MAX = 48 * 1024  # static shared memory a kernel may declare
 MAX_REG_TAPS = 64  # weights held in registers; more: read from shared memory per tap
 MAX_SEGMENT = 40  # floats of one input row a thread holds in registers
