@@ -166,17 +166,23 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
             f"  const int ih0 = (int)(tile / {t.tiles_w}u) * {t.TY * t.VH * g.SH} + {-g.PH}, "
             f"iw0 = (int)(tile % {t.tiles_w}u) * {t.TX * t.VW * g.SW} + {-g.PW};"]
     iters = _cdiv(t.PB * TILE, t.threads)
-    inside = [f"(unsigned)ih < {g.H}u", f"(unsigned)iw < {g.W}u"] + (
+    ch = min(iters, 16)  # NOTE: loads in batches, then their stores: a batch's loads are in flight at once
+    total = t.PB * TILE
+    whole = _cdiv(iters, ch) * ch * t.threads == total
+    inside = ([] if whole else [f"i < {total}"]) + [f"(unsigned)ih < {g.H}u", f"(unsigned)iw < {g.W}u"] + (
         [f"p0 + pl < {planes}{itype}"] if planes % t.PB else [])
-    load += [_unroll(iters), f"  for (int j = 0; j < {iters}; ++j) {{",
-             f"    const int i = (int)t + j * {t.threads};"]
-    load += [f"    if (i >= {t.PB * TILE}) break;"] if iters * t.threads != t.PB * TILE else []
-    load += [f"    const int pl = i / {TILE}, r = i % {TILE} / {t.IWP}, c = i % {t.IWP};" if t.PB > 1 else
-             f"    const int pl = 0, r = i / {t.IWP}, c = i % {t.IWP};",
-             "    const int ih = ih0 + r, iw = iw0 + c;",
-             "    float v = 0.0f;",
-             f"    if ({' && '.join(inside)}) v = tw_ld(in_{x}[(p0 + pl) * {g.H * g.W}{itype} + ({IT})(ih * {g.W} + iw)]);",
-             "    sm[i] = v;", "  }",
+    load += ["#pragma unroll 1", f"  for (int j0 = 0; j0 < {iters}; j0 += {ch}) {{",
+             f"    float v[{ch}];", "#pragma unroll", f"    for (int j = 0; j < {ch}; ++j) {{",
+             f"      const int i = (int)t + (j0 + j) * {t.threads};",
+             f"      const int pl = i / {TILE}, r = i % {TILE} / {t.IWP}, c = i % {t.IWP};" if t.PB > 1 else
+             f"      const int pl = 0, r = i / {t.IWP}, c = i % {t.IWP};",
+             "      const int ih = ih0 + r, iw = iw0 + c;",
+             "      v[j] = 0.0f;",
+             f"      if ({' && '.join(inside)}) v[j] = tw_ld(in_{x}[(p0 + pl) * {g.H * g.W}{itype} + ({IT})(ih * {g.W} + iw)]);",
+             "    }", "#pragma unroll", f"    for (int j = 0; j < {ch}; ++j) {{",
+             f"      const int i = (int)t + (j0 + j) * {t.threads};",
+             "      sm[i] = v[j];" if whole else f"      if (i < {total}) sm[i] = v[j];",
+             "    }", "  }",
              f"  for (int i = (int)t; i < {t.PB * WN}; i += {t.threads}) {{",
              f"    const int pl = i / {WN}, j = i % {WN};",
              f"    const {IT} p = p0 + pl;",
