@@ -134,7 +134,8 @@ def run_on_host(cases: list, workdir: Path) -> list[dict]:
     cpp = workdir / "dw_host.cpp"
     cpp.write_text(src)
     exe = workdir / "dw_host"
-    proc = subprocess.run([GXX, "-std=c++17", "-O1", "-w", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)], capture_output=True, text=True)
+    flags = ["-std=c++17", "-O1", "-w", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    proc = subprocess.run([GXX, *flags, "-o", str(exe), str(cpp)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = subprocess.run([str(exe), str(workdir)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import prod
 
-from torchweld.ir import Graph, Node, Ref
+from torchweld.ir import Graph, Node
 
 SLICE = "aten.slice.Tensor"
 
@@ -24,13 +24,14 @@ def _window(n: Node, conv: Node) -> tuple[int, int] | None:
     size = conv.shape[dim]
     start = 0 if start is None else start + size if start < 0 else start
     start = min(max(start, 0), size)
-    if n.shape[dim] == 0 or tuple(n.shape[:dim]) + tuple(n.shape[dim + 1:]) != tuple(conv.shape[:dim]) + tuple(conv.shape[dim + 1:]):
+    others = [d for d in range(nd) if d != dim]
+    if n.shape[dim] == 0 or [n.shape[d] for d in others] != [conv.shape[d] for d in others]:
         return None
     return dim - 2, start
 
 
 def fold_depthwise_crop(graph: Graph) -> Graph:
-    nodes, users = graph.by_name(), graph.users()
+    users = graph.users()
     out, log, dropped = [], [], set()
     current: dict[str, Node] = {}  # conv name -> its node as rewritten so far
     for n in graph.nodes:

@@ -15,10 +15,9 @@ The two phases are device functions (`<k>_load`, `<k>_compute`) that the kernel 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from math import prod
 
 from torchweld.codegen.kernel import STORAGE
-from torchweld.codegen.reduce import _Stage, _assemble, _header
+from torchweld.codegen.reduce import _Stage, _assemble, _header, params
 from torchweld.ir import Node
 from torchweld.plan import Kernel
 
@@ -146,7 +145,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     nodes = graph.by_name()
     a = nodes[k.anchor]
     x, w, b = a.args
-    g, out_dtype = geometry(a, nodes), a.dtype
+    g = geometry(a, nodes)
     t = tiling(g)
     KK, WN, TILE = g.KH * g.KW, g.M * (g.KH * g.KW + 1), t.tile
     planes = g.N * g.C
@@ -156,7 +155,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     # NOTE: the wrapper hands the kernel its input and weight contiguous, whatever their captured strides.
     flat = {n: replace(nodes[n], stride=()) for n in (x, w)}
     st = _Stage(k, {**nodes, **flat}, itype)
-    kparams = _params(k, nodes)
+    kparams = params(k, nodes)[0]
     sig = f"{kparams}, {{smem}}float* __restrict__ sm, const unsigned blk, const unsigned t"
 
     load = [f"__device__ __forceinline__ void {k.name}_load({sig.format(smem='')}) {{",
@@ -209,7 +208,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
             _unroll(t.VH, 4), f"    for (int a = 0; a < {t.VH}; ++a)",
             _unroll(t.VW, 4), f"      for (int b = 0; b < {t.VW}; ++b) acc[a][b] = wb[{g.M * KK} + m];"]
     comp += _taps_regs(g, t) if t.regs else _taps_smem(g, t)
-    comp += _epilogue(k, nodes, st, a, g, t, IT, itype, out_dtype) + ["  }", "}", ""]
+    comp += _epilogue(k, nodes, st, a, g, t, IT, itype) + ["  }", "}", ""]
 
     args = ", ".join([f"in_{n}" for n in k.inputs] + [f"out_{o}" for o in k.outputs])
     body = [f"  __shared__ __align__(16) float sm[{_smem(g, t) // 4}];",
@@ -218,12 +217,6 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
             f"  {k.name}_compute({args}, sm, blockIdx.x, threadIdx.x);"]
     blocks = _cdiv(planes, t.PB) * tiles
     return "\n".join(load + comp), _assemble(k, nodes, body, t.threads, blocks), g, t
-
-
-def _params(k: Kernel, nodes) -> str:
-    from torchweld.codegen.reduce import params
-
-    return params(k, nodes)[0]
 
 
 def _unroll(n: int, full: int = 32) -> str:
@@ -236,7 +229,8 @@ def _taps_regs(g: Geometry, t: Tiling) -> list[str]:
     KK = g.KH * g.KW
     if t.vec:
         seg = [f"      tw_vec<float, 4> s[{t.LS // 4}];", _unroll(t.LS // 4),
-               f"      for (int q = 0; q < {t.LS // 4}; ++q) s[q] = *reinterpret_cast<const tw_vec<float, 4>*>(tl + r * {t.IWP} + 4 * q);"]
+               f"      for (int q = 0; q < {t.LS // 4}; ++q)",
+               f"        s[q] = *reinterpret_cast<const tw_vec<float, 4>*>(tl + r * {t.IWP} + 4 * q);"]
         tap = f"s[(b * {g.SW} + kw * {g.DW}) / 4].v[(b * {g.SW} + kw * {g.DW}) % 4]"
     else:
         seg = [f"      float s[{t.LS}];", _unroll(t.LS, 64),
@@ -271,8 +265,7 @@ def _taps_smem(g: Geometry, t: Tiling) -> list[str]:
             "      }", "    }"]
 
 
-def _epilogue(k: Kernel, nodes, st: _Stage, a: Node, g: Geometry, t: Tiling, IT: str, itype: str,
-              dtype: str) -> list[str]:
+def _epilogue(k: Kernel, nodes, st: _Stage, a: Node, g: Geometry, t: Tiling, IT: str, itype: str) -> list[str]:
     """The epilogue at each output the thread computed, then the stores (vectors where a row of the
     thread's outputs is whole and aligned)."""
     members = [m for m in k.nodes if m != k.anchor]
