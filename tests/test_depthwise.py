@@ -94,11 +94,15 @@ def test_conv_value_needed_outside_is_an_output_too():
     assert k.anchor in k.outputs and len(k.outputs) == 2
 
 
-def test_fallback_when_no_tiling_fits():
-    """A kernel whose one-thread tile is over the shared memory limit stays a PyTorch call, still right."""
-    p = kernels(lambda s, x: torch.relu(F.conv1d(x, s.w, groups=2)), torch.randn(1, 2, 14000), w=torch.randn(2, 1, 13000))
-    assert not any(k.kind == "depthwise" for k in p.kernels)
-    assert "depthwise_conv(" in describe(p)  # run by `torch.convolution` in forward
+def test_convolutions_the_kernel_would_not_suit_stay_in_cudnn():
+    """No tiling (one thread's tile over the shared memory limit), or more than MAX_MULTIPLIER outputs
+    per input channel (a grey image's first layer): library calls, their bias joining the next kernel."""
+    for x, w in [(torch.randn(1, 2, 14000), torch.randn(2, 1, 13000)),
+                 (torch.randn(2, 1, 20, 20), torch.randn(16, 1, 3, 3))]:
+        conv = F.conv1d if x.dim() == 3 else F.conv2d
+        p = kernels(lambda s, x: torch.relu(conv(x, s.w, s.b, groups=x.shape[1])), x, w=w, b=torch.randn(w.shape[0]))
+        assert _kinds(p) == [("pointwise", ["add", "relu"])]
+        assert "aten.convolution.default" in describe(p)
 
 
 # --- tiling -----------------------------------------------------------------------------------
@@ -240,6 +244,7 @@ def _cases():
     c.append(_case(lambda s, x: F.relu6(k(s, x)), [r(2, 37, 7, 7)], w=r(37, 1, 3, 3), b=r(37)))  # planes share blocks
     c.append(_case(lambda s, x: conv()(s, x), [r(2, 5, 5, 5)], w=r(5, 1, 3, 3)))  # 3x3 outputs
     c.append(_case(lambda s, x: conv()(s, x) + 1.0, [r(2, 5, 3, 3)], w=r(10, 1, 3, 3)))  # 1x1 outputs, multiplier 2
+    c.append(_case(lambda s, x: F.silu(k(s, x)), [r(2, C, 11, 13)], w=r(4 * C, 1, 3, 3), b=r(4 * C)))  # multiplier 4
     c.append(_case(lambda s, x: (lambda y: (y, torch.relu(y) * s.g))(k(s, x)), [r(2, C, 10, 10)], w=r(C, 1, 3, 3),
                    b=r(C), g=r(C, 1, 1)))
     c.append(_case(lambda s, x, z: z * torch.sigmoid(k4(s, x) * s.g + s.h), [r(2, C, 12, 12), r(2, C, 12, 12)],

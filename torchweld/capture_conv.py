@@ -2,7 +2,8 @@
 `depthwise_conv` anchor (ir.CONV), which its own kernel runs with the pointwise ops that follow.
 
 Only what that kernel computes exactly becomes an anchor: 1d or 2d, not transposed, float data of
-one dtype, one input channel per group (any multiplier). Anything else stays a library call.
+one dtype, one input channel per group (up to MAX_MULTIPLIER outputs each). Anything else stays a
+library call.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from math import prod
 
 import torch
 
+from torchweld.codegen.depthwise import MAX_MULTIPLIER, geometry, tiling
 from torchweld.ir import Node, Ref
 
 KERNEL_DTYPES = ("float32", "float16", "bfloat16")
@@ -39,5 +41,11 @@ def depthwise_nodes(n, name: str, names: dict, origin: str) -> list[Node] | None
     attrs = (("dilation", tuple(dilation)), ("groups", c), ("padding", tuple(padding)), ("stride", tuple(stride)))
     strides = tuple(prod(shape[d + 1:]) for d in range(len(shape)))
     ref = Ref(names[b]) if b is not None else None
-    return [Node(name, "depthwise_conv", (Ref(names[x]), Ref(names[w]), ref), shape, dtype, attrs=attrs,
-                 origin=origin, stride=strides)]  # NOTE: the kernel writes its output contiguous
+    node = Node(name, "depthwise_conv", (Ref(names[x]), Ref(names[w]), ref), shape, dtype, attrs=attrs,
+                origin=origin, stride=strides)  # NOTE: the kernel writes its output contiguous
+    # Where the kernel would not do well (many outputs per channel: a one-channel image's first
+    # layer) or has no tiling, the convolution stays in cuDNN, its bias then folded into what follows.
+    operands = {node.args[0]: Node("x", "input", shape=tuple(xv.shape)), node.args[1]: Node("w", "param", shape=tuple(wv.shape))}
+    if co // c > MAX_MULTIPLIER or tiling(geometry(node, operands)) is None:
+        return None
+    return [node]

@@ -26,6 +26,7 @@ SMEM_BUDGET = 32 * 1024  # bytes of shared memory a block aims under (several bl
 SMEM_MAX = 48 * 1024  # static shared memory a kernel may declare
 MAX_REG_TAPS = 64  # weights held in registers; more: read from shared memory per tap
 MAX_SEGMENT = 40  # floats of one input row a thread holds in registers
+MAX_MULTIPLIER = 4  # output channels per input channel (a block computes them all in turn)
 
 
 @dataclass(frozen=True)
