@@ -10,6 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
+from torchweld.capture_conv import depthwise_nodes
 from torchweld.capture_norm import anchor_nodes
 from torchweld.capture_pool import pool_nodes, spatial_reduction_as_pool
 from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref
@@ -278,6 +279,8 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
             if made is not None and len(made) == 1:
                 made = [spatial_reduction_as_pool(made[0], n.args[0])]
+            if node is None and made is None:
+                made = depthwise_nodes(n, name, names, origin)
             if node is None and made is None:
                 pooled = pool_nodes(n, name, names, origin)
                 if pooled is not None:

@@ -159,6 +159,10 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
         conds += [f"{n.target}.get_device() != {first}.get_device()" for n in tensors[1:]]
         conds += [f"{p}.dtype != torch.{nodes[r].dtype} or {p}.get_device() != {first}.get_device()"
                   for r, p in _kernel_params(plan)]
+        # NOTE: a depthwise kernel is built for its weight's shape (kernel size, channels): another
+        # one (a constructor given another kernel_size) takes the general path.
+        conv_state = {nodes[k.anchor].args[1] for k in plan.kernels if k.kind == "depthwise"}
+        conds += [f"{p}.shape != {tuple(nodes[r].shape)!r}" for r, p in _kernel_params(plan) if r in conv_state]
     modes = _norm_modes(graph)
     conds += [f"{_module_path(m)}.training is not {t}" for m, t in modes]
     guard = "\n                or ".join(conds) or "False"
@@ -257,12 +261,13 @@ def _norm_modes(graph: Graph) -> list[tuple[str, bool]]:
     return out
 
 
-def _prepare(names: list[str], nodes: dict) -> list[str]:
-    """Lay a kernel's operands out as it indexes them. Their device, dtype and shape need no check
-    here: forward's guard checked the inputs and parameters, and values made inside forward follow."""
+def _prepare(names: list[str], nodes: dict, contiguous: tuple = ()) -> list[str]:
+    """Lay a kernel's operands out as it indexes them (`contiguous`: those it reads contiguous
+    whatever their captured strides). Their device, dtype and shape need no check here: forward's
+    guard checked the inputs and parameters, and values made inside forward follow."""
     lines = []
     for a in names:
-        stride = _stride_spec(nodes[a])
+        stride = None if a in contiguous else _stride_spec(nodes[a])
         if stride is None:
             lines.append(f"    if not a_{a}.is_contiguous():")
             lines.append(f"        a_{a} = a_{a}.contiguous()")
@@ -287,7 +292,7 @@ def _launch(k: Kernel, ptrs: list[str], vec: str, first: str) -> list[str]:
 
 
 def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
-    """Like `_wrapper`, for a reduce kernel: outputs take their own shapes; no vector build."""
+    """Like `_wrapper`, for a reduce or depthwise kernel: outputs take their own shapes; no vector build."""
     nodes = graph.by_name()
     params = ", ".join(f"a_{a}" for a in k.inputs)
     anchor = nodes[k.anchor]
@@ -298,13 +303,18 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
     in_place = [a for a in anchor.args[3:5] if isinstance(a, Ref)] if anchor.op in ("batch_norm", "instance_norm") else []
     if in_place:  # NOTE: the kernel updates the running statistics in place: a copy would lose the update
         lines.append(f"    assert {' and '.join(f'a_{a}.is_contiguous()' for a in in_place)}")
-    lines += _prepare([a for a in k.inputs if a not in in_place], nodes)
+    flat = tuple(anchor.args[:2]) if k.kind == "depthwise" else ()  # the convolution's input and weight
+    lines += _prepare([a for a in k.inputs if a not in in_place], nodes, flat)
     operand_nodes = [nodes[a] for a in k.inputs]
     allocs = [_allocate(o, nodes[o].shape, nodes[o].dtype, operand_nodes) for o in k.outputs]
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{k.inputs[0]}.device")
     lines += allocs
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
+    if k.kind == "depthwise":
+        lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}")
+        lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
+        return "\n".join(lines)
     launch = reduce_launch(k, graph)
     if launch.workspace:  # NOTE: per call, so that calls on two streams never share partial results
         lines.append(f"    ws = torch.empty({launch.workspace}, dtype=torch.float32, device=a_{k.inputs[0]}.device)")
@@ -350,7 +360,7 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
 
     NOTE: it runs on every forward, so it stays short: each Python step costs about a microsecond,
     as much as a small kernel's whole run."""
-    if k.kind == "reduce":
+    if k.kind in ("reduce", "depthwise"):
         return _reduce_wrapper(k, graph)
     if k.kind == "pool":
         return _pool_wrapper(k, graph)
@@ -397,7 +407,9 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     fused = sum(len(k.nodes) for k in plan.kernels)
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
     pools = [k for k in plan.kernels if k.kind == "pool"]
-    anchored = [f"{len(reduce)} reductions/norms"] * bool(reduce) + [f"{len(pools)} pools"] * bool(pools)
+    convs = [k for k in plan.kernels if k.kind == "depthwise"]
+    anchored = ([f"{len(reduce)} reductions/norms"] if reduce else []) + ([f"{len(pools)} pools"] if pools else []) + (
+        [f"{len(convs)} depthwise convolution(s)"] if convs else [])
     what = f"{fused} ops ({' and '.join(anchored)} with their pointwise neighbours)" if anchored else (
         f"{fused} pointwise ops")
     lines = [f"torchweld: ModelNew for {problem_name}.", "",
@@ -412,6 +424,11 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
             out = nodes[k.anchor].shape
             lines.append(f"  {k.name}: {ops}  {tuple(k.shape)} -> {tuple(out)} (one thread per output, "
                          f"{prod(out):,} outputs)")
+            continue
+        if k.kind == "depthwise":
+            taps = "x".join(map(str, nodes[nodes[k.anchor].args[1]].shape[2:]))
+            lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} outputs of a {taps} "
+                         "depthwise convolution; each input tile read once, the epilogue applied before the store)")
             continue
         lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
     if library:

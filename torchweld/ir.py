@@ -35,7 +35,10 @@ NORM = frozenset({"layer_norm", "group_norm", "instance_norm", "batch_norm"})
 # Pooling over the last 1-3 dims: each anchors one kernel of kind "pool" (codegen/pool.py), one
 # thread per output, with a pointwise prologue (recomputed per read) and epilogue (on the pooled value).
 POOL = frozenset({"max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_pool"})
-ANCHORS = REDUCTION | ROWWISE | NORM | POOL
+# Depthwise convolution (groups == input channels): anchors one kernel of kind "depthwise"
+# (codegen/depthwise.py) with a pointwise epilogue on its output; other convolutions stay in cuDNN.
+CONV = frozenset({"depthwise_conv"})
+ANCHORS = REDUCTION | ROWWISE | NORM | POOL | CONV
 LEAVES = frozenset({"input", "param"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 

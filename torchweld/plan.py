@@ -6,12 +6,13 @@ inside the kernel that reads them instead of being written out. Each reduction, 
 (an anchor) then becomes a kernel of kind "reduce" that takes in the pointwise group producing
 its input (a prologue, recomputed per read) and the groups consuming its result (an epilogue).
 A pool becomes a kernel of kind "pool" in the same way, at its output shape.
+A depthwise convolution becomes a kernel of kind "depthwise" with an epilogue only.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchweld.ir import (AUX, COMPARISONS, FLOAT_DTYPES, POOL, REDUCTION, Graph, Node, Ref, broadcasts_to,
+from torchweld.ir import (AUX, COMPARISONS, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Node, Ref, broadcasts_to,
                           reduce_geometry)
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
@@ -26,8 +27,8 @@ class Kernel:
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input
-    kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue
+    shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input; depthwise: its output's
+    kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue; "depthwise": conv + epilogue
     anchor: str = ""
 
 
@@ -157,6 +158,8 @@ def _attach(g: _Groups, anchor: Node) -> None:
                 broadcasts_to(nodes[m].shape, anchor.shape) for m in group):
             continue
         g.merge(anchor.name, u)
+    if anchor.op in CONV:
+        return  # NOTE: the convolution reads its input tile as stored: no prologue
     x = anchor.args[0]
     if not isinstance(x, Ref) or x not in nodes or not fusible(nodes[x]):
         return
@@ -198,6 +201,8 @@ def _kernel(name: str, members: list[str], graph: Graph, g: _Groups) -> Kernel |
     anchors = [m for m in members if nodes[m].is_anchor]
     if anchors and nodes[anchors[0]].op in POOL:
         return _pool_kernel(name, members, anchors[0], g)
+    if anchors and nodes[anchors[0]].op in CONV:
+        return _depthwise_kernel(name, members, anchors[0], g)
     if anchors:
         return _reduce_kernel(name, members, anchors[0], graph, g)
     shape = max((nodes[m].shape for m in members), key=lambda s: (_numel(s), len(s)))
@@ -246,6 +251,21 @@ def _pool_kernel(name: str, members: list[str], anchor: str, g: _Groups) -> Kern
     if any(nodes[o].shape != a.shape for o in outputs):
         return None  # a smaller value is needed elsewhere: leave this group to PyTorch
     return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(nodes[a.args[0]].shape), "pool", anchor)
+
+
+def _depthwise_kernel(name: str, members: list[str], anchor: str, g: _Groups) -> Kernel | None:
+    """The convolution and its epilogue, where the kernel has a tiling for its shapes; else None
+    (the convolution then runs in PyTorch)."""
+    from torchweld.codegen.depthwise import geometry, tiling  # NOTE: here: codegen imports this module
+
+    nodes = g.nodes
+    a = nodes[anchor]
+    inputs, outputs = _boundary(members, nodes, g.users)
+    if ancestors_in(anchor, set(members), nodes) or any(nodes[o].shape != a.shape for o in outputs):
+        return None
+    if tiling(geometry(a, nodes)) is None:
+        return None
+    return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(a.shape), "depthwise", anchor)
 
 
 def ancestors_in(name: str, members: set[str], nodes: dict[str, Node]) -> set[str]:

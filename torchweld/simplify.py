@@ -216,6 +216,7 @@ def in_place_update(graph: Graph) -> Graph:
 from torchweld.algebra import collect_linear  # noqa: E402  (uses the helpers above)
 
 from torchweld.epilogue import fold_library_bias  # noqa: E402
+from torchweld.window import fold_depthwise_crop  # noqa: E402
 
 from torchweld.reduce_rewrites import reduce_rewrites  # noqa: E402
 
@@ -223,6 +224,7 @@ PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("dead_code", dead_code),
     ("reduce_rewrites", reduce_rewrites),  # NOTE: before fold_library_bias, which would move the bias it reads
     ("fold_library_bias", fold_library_bias),
+    ("fold_depthwise_crop", fold_depthwise_crop),
     ("in_place", in_place_update),
     ("canonical", lambda g: apply_rules(g, [_fill_constants, _identity, _canonical], "rule")),
     ("cse", cse),

@@ -247,6 +247,7 @@ def _blocks(count: int) -> str:
 def module_source(kernels: list[Kernel], graph: Graph) -> str:
     """The whole `.cu` file: prelude, then every kernel with its launcher."""
     from torchweld.codegen.pool import pool_source
+    from torchweld.codegen.depthwise import depthwise_source
     from torchweld.codegen.reduce import REDUCE_PRELUDE, reduce_source
 
     lowp = any(n.dtype in ("float16", "bfloat16") for n in graph.nodes)
@@ -258,5 +259,5 @@ def module_source(kernels: list[Kernel], graph: Graph) -> str:
         from torchweld.codegen.scan import SCAN_PRELUDE
 
         prelude += SCAN_PRELUDE
-    source = {"reduce": reduce_source, "pool": pool_source}
+    source = {"reduce": reduce_source, "pool": pool_source, "depthwise": depthwise_source}
     return prelude + "\n" + "\n".join(source.get(k.kind, kernel_source)(k, graph) for k in kernels)

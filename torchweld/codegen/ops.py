@@ -151,7 +151,7 @@ def torch_expr(n: Node, args: list[str]) -> str:
 
 
 def _anchor_expr(n: Node, args: list[str]) -> str:
-    """Reductions, softmax and norms as the PyTorch calls they were captured from."""
+    """Reductions, softmax, norms, pools and depthwise convolutions as the PyTorch calls they were captured from."""
     x, dims, keep = args[0], list(n.attr("dims", ())), n.attr("keepdim")
     if n.op in POOL:
         return _pool_expr(n, x)
@@ -160,6 +160,15 @@ def _anchor_expr(n: Node, args: list[str]) -> str:
         if n.attr("what") == "mean":
             return f"torch.mean({x}, {dims!r}, keepdim={keep!r})"
         return f"torch.a{n.attr('what')}({x}, {dims!r}, keepdim={keep!r})"  # max's or min's values
+    if n.op == "depthwise_conv":
+        spatial = [list(n.attr(k)) for k in ("stride", "padding", "dilation")]
+        conv = (f"torch.convolution({x}, {args[1]}, {args[2]}, {spatial[0]!r}, {spatial[1]!r}, {spatial[2]!r}, "
+                f"False, {[0] * len(spatial[0])!r}, {n.attr('groups')!r})")
+        window = n.attr("window")
+        if window is None:
+            return conv
+        cut = ", ".join(f"{s}:{s + size}" for s, size in zip(window, n.shape[2:]))
+        return f"{conv}[:, :, {cut}]"
     if n.op in ("sum", "mean", "amax", "amin", "logsumexp"):
         return f"torch.{n.op}({x}, {dims!r}, keepdim={keep!r})"
     if n.op in ("argmax", "argmin"):

@@ -1,0 +1,313 @@
+"""CUDA source for depthwise convolutions (one input channel per group) with a fused epilogue.
+
+A block computes a tile of output rows x columns of one (n, c) plane, or several whole small
+planes. It first reads the input tile and its halo into shared memory once, as floats, zero where
+the window falls outside the input (the padding), with the weights and bias of its channels; then
+each thread computes VH rows x VW consecutive columns of outputs. With few taps (`regs`) the
+channel's weights sit in registers and a thread streams the input rows it needs, each row segment
+read once (16-byte loads where aligned) and used for every output row it touches. Larger kernels
+read weights and inputs from shared memory per tap. Taps accumulate in fp32 in ATen's order
+(bias, then kh, then kw); the pointwise epilogue runs on the accumulator before the single store.
+
+The two phases are device functions (`<k>_load`, `<k>_compute`) that the kernel calls around one
+`__syncthreads()`: the tests compile them for the host and run every thread of every block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from torchweld.codegen.kernel import STORAGE
+from torchweld.codegen.reduce import _Stage, _assemble, _header, params
+from torchweld.ir import Node
+from torchweld.plan import Kernel
+
+THREADS = 256  # threads a block aims at
+SMEM_BUDGET = 32 * 1024  # bytes of shared memory a block aims under (several blocks share an SM)
+SMEM_MAX = 48 * 1024  # static shared memory a kernel may declare
+MAX_REG_TAPS = 64  # weights held in registers; more: read from shared memory per tap
+MAX_SEGMENT = 40  # floats of one input row a thread holds in registers
+MAX_MULTIPLIER = 4  # output channels per input channel (a block computes them all in turn)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A depthwise convolution in 2d terms (a 1d one has H = KH = 1): sizes, kernel, stride, padding, dilation."""
+
+    N: int
+    C: int  # input channels = groups
+    M: int  # output channels per input channel
+    H: int
+    W: int
+    OH: int
+    OW: int
+    KH: int
+    KW: int
+    SH: int = 1
+    SW: int = 1
+    PH: int = 0  # input rows before output row 0's window (negative: it starts inside the input)
+    PW: int = 0
+    DH: int = 1
+    DW: int = 1
+
+
+def geometry(a: Node, nodes: dict[str, Node]) -> Geometry:
+    x, w = nodes[a.args[0]], nodes[a.args[1]]
+    lead = 2 if len(x.shape) == 3 else 0  # a 1d convolution: height 1, no padding, stride and dilation 1
+
+    def two(key, fill):
+        return (fill,) * (lead // 2) + tuple(a.attr(key))
+
+    (SH, SW), (PH, PW), (DH, DW) = two("stride", 1), two("padding", 0), two("dilation", 1)
+    if a.attr("window") is not None:  # an output window (window.py): it starts further into the input
+        (WH, WW) = (0,) * (lead // 2) + tuple(a.attr("window"))
+        PH, PW = PH - WH * SH, PW - WW * SW
+    H, W = (1,) * (lead // 2) + tuple(x.shape[2:])
+    OH, OW = (1,) * (lead // 2) + tuple(a.shape[2:])
+    KH, KW = (1,) * (lead // 2) + tuple(w.shape[2:])
+    N, C = x.shape[:2]
+    return Geometry(N, C, a.shape[1] // C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How blocks and threads cover the output; sizes in elements, shared memory in floats."""
+
+    VH: int  # output rows a thread computes
+    VW: int  # consecutive output columns a thread computes
+    TX: int  # threads across a tile
+    TY: int  # threads down a tile
+    PB: int  # planes a block holds (small planes share a block)
+    tiles_h: int
+    tiles_w: int
+    IH: int  # input tile rows
+    IWP: int  # input tile row pitch (a multiple of 4)
+    RH: int  # input rows one thread reads
+    LS: int  # floats of one input row a thread reads (`regs`)
+    regs: bool  # weights in registers, each row segment read once; else per tap from shared memory
+    vec: bool  # row segments read as 16-byte vectors
+
+    @property
+    def threads(self) -> int:
+        return self.TX * self.TY * self.PB
+
+    @property
+    def tile(self) -> int:
+        return self.IH * self.IWP
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _smem(g: Geometry, t: Tiling) -> int:
+    return 4 * t.PB * (t.tile + g.M * (g.KH * g.KW + 1))
+
+
+def _tiling(g: Geometry, VH: int, VW: int, TX: int, TY: int, PB: int) -> Tiling:
+    seg = (VW - 1) * g.SW + (g.KW - 1) * g.DW + 1
+    vec = VW * g.SW % 4 == 0
+    LS = _cdiv(seg, 4) * 4 if vec else seg
+    regs = g.KH * g.KW <= MAX_REG_TAPS and LS <= MAX_SEGMENT
+    cols, rows = _cdiv(g.OW, VW), _cdiv(g.OH, VH)
+    tiles_w, tiles_h = _cdiv(cols, TX), _cdiv(rows, TY)
+    TX, TY = _cdiv(cols, tiles_w), _cdiv(rows, tiles_h)  # the same work in every tile
+    IH = (TY * VH - 1) * g.SH + (g.KH - 1) * g.DH + 1
+    IWP = _cdiv((TX - 1) * VW * g.SW + (LS if regs else seg), 4) * 4
+    RH = (VH - 1) * g.SH + (g.KH - 1) * g.DH + 1
+    return Tiling(VH, VW, TX, TY, PB, tiles_h, tiles_w, IH, IWP, RH, LS, regs, vec and regs)
+
+
+def tiling(g: Geometry) -> Tiling | None:
+    """Tile sizes for `g`: about THREADS threads a block, shared memory under SMEM_BUDGET where it
+    can be; None where even one thread's tile needs more than SMEM_MAX."""
+    if g.H * g.W >= 2**31 or g.OH * g.OW >= 2**31:
+        return None
+    VW = 4 if g.OW >= 8 else 2 if g.OW >= 2 else 1
+    VH = 4 if g.OH >= 8 else 2 if g.OH >= 2 else 1
+    if not _tiling(g, 1, VW, 1, 1, 1).regs:
+        VH = 1  # NOTE: weights are read per tap: rows of outputs share no reads
+    cols, rows = _cdiv(g.OW, VW), _cdiv(g.OH, VH)
+    TX = min(cols, THREADS // min(rows, 8))
+    TY = min(rows, THREADS // TX)
+    t = _tiling(g, VH, VW, TX, TY, 1)
+    while _smem(g, t) > SMEM_BUDGET and t.TX * t.TY > 1:
+        TY, TX = (_cdiv(t.TY, 2), t.TX) if t.TY > 1 else (1, _cdiv(t.TX, 2))
+        t = _tiling(g, VH, VW, TX, TY, 1)
+    if _smem(g, t) > SMEM_MAX:
+        return None
+    if t.tiles_h * t.tiles_w == 1:  # whole planes: several to a block when they are small
+        pb = max(1, min(g.N * g.C, THREADS // 2 // (t.TX * t.TY), SMEM_BUDGET // _smem(g, t)))
+        t = replace(t, PB=pb)
+    return t
+
+
+def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
+    """(the two phases as device functions, the kernel and its launcher, geometry, tiling)."""
+    nodes = graph.by_name()
+    a = nodes[k.anchor]
+    x, w, b = a.args
+    g = geometry(a, nodes)
+    t = tiling(g)
+    KK, WN, TILE = g.KH * g.KW, g.M * (g.KH * g.KW + 1), t.tile
+    planes = g.N * g.C
+    itype = "ull" if max(planes * g.H * g.W, planes * g.M * g.OH * g.OW) >= 2**31 else "u"
+    IT = "unsigned long long" if itype == "ull" else "unsigned int"
+    tiles = t.tiles_h * t.tiles_w
+    # NOTE: the wrapper hands the kernel its input and weight contiguous, whatever their captured strides.
+    flat = {n: replace(nodes[n], stride=()) for n in (x, w)}
+    st = _Stage(k, {**nodes, **flat}, itype)
+    kparams = params(k, nodes)[0]
+    sig = f"{kparams}, {{smem}}float* __restrict__ sm, const unsigned blk, const unsigned t"
+
+    load = [f"__device__ __forceinline__ void {k.name}_load({sig.format(smem='')}) {{",
+            "  // The input tile and its halo (zero outside the input), then the planes' weights and biases.",
+            f"  const unsigned tile = blk % {tiles}u;",
+            f"  const {IT} p0 = ({IT})(blk / {tiles}u) * {t.PB}{itype};",
+            f"  const int ih0 = (int)(tile / {t.tiles_w}u) * {t.TY * t.VH * g.SH} + {-g.PH}, "
+            f"iw0 = (int)(tile % {t.tiles_w}u) * {t.TX * t.VW * g.SW} + {-g.PW};"]
+    iters = _cdiv(t.PB * TILE, t.threads)
+    ch = min(iters, 16)  # NOTE: loads in batches, then their stores: a batch's loads are in flight at once
+    total = t.PB * TILE
+    whole = _cdiv(iters, ch) * ch * t.threads == total
+    inside = ([] if whole else [f"i < {total}"]) + [f"(unsigned)ih < {g.H}u", f"(unsigned)iw < {g.W}u"] + (
+        [f"p0 + pl < {planes}{itype}"] if planes % t.PB else [])
+    load += ["#pragma unroll 1", f"  for (int j0 = 0; j0 < {iters}; j0 += {ch}) {{",
+             f"    float v[{ch}];", "#pragma unroll", f"    for (int j = 0; j < {ch}; ++j) {{",
+             f"      const int i = (int)t + (j0 + j) * {t.threads};",
+             f"      const int pl = i / {TILE}, r = i % {TILE} / {t.IWP}, c = i % {t.IWP};" if t.PB > 1 else
+             f"      const int pl = 0, r = i / {t.IWP}, c = i % {t.IWP};",
+             "      const int ih = ih0 + r, iw = iw0 + c;",
+             "      v[j] = 0.0f;",
+             f"      if ({' && '.join(inside)}) v[j] = tw_ld(in_{x}[(p0 + pl) * {g.H * g.W}{itype} + ({IT})(ih * {g.W} + iw)]);",
+             "    }", "#pragma unroll", f"    for (int j = 0; j < {ch}; ++j) {{",
+             f"      const int i = (int)t + (j0 + j) * {t.threads};",
+             "      sm[i] = v[j];" if whole else f"      if (i < {total}) sm[i] = v[j];",
+             "    }", "  }",
+             f"  for (int i = (int)t; i < {t.PB * WN}; i += {t.threads}) {{",
+             f"    const int pl = i / {WN}, j = i % {WN};",
+             f"    const {IT} p = p0 + pl;",
+             f"    const unsigned c = (unsigned)(p % {g.C}{itype});",
+             "    float v = 0.0f;",
+             f"    if (j < {g.M * KK}) v = tw_ld(in_{w}[c * {g.M * KK}u + j]);"]
+    if b is not None:
+        load.append(f"    else v = tw_ld(in_{b}[c * {g.M}u + (j - {g.M * KK})]);")
+    load += [f"    sm[{t.PB * TILE} + i] = p < {planes}{itype} ? v : 0.0f;", "  }", "}", ""]
+
+    comp = [f"__device__ __forceinline__ void {k.name}_compute({sig.format(smem='const ')}) {{",
+            f"  // Outputs rows oh0 + [0, {t.VH}) x columns ow0 + [0, {t.VW}) of plane p, for each of its {g.M} channel(s).",
+            f"  const unsigned tile = blk % {tiles}u;",
+            f"  const int pl = (int)t / {t.TX * t.TY}, ty = (int)t % {t.TX * t.TY} / {t.TX}, tx = (int)t % {t.TX};",
+            f"  const {IT} p = ({IT})(blk / {tiles}u) * {t.PB}{itype} + pl;",
+            f"  const int oh0 = (int)(tile / {t.tiles_w}u) * {t.TY * t.VH} + ty * {t.VH}, "
+            f"ow0 = (int)(tile % {t.tiles_w}u) * {t.TX * t.VW} + tx * {t.VW};",
+            f"  if (p >= {planes}{itype} || oh0 >= {g.OH} || ow0 >= {g.OW}) return;",
+            f"  const float* __restrict__ tl = sm + pl * {TILE} + ty * {t.VH * g.SH * t.IWP} + tx * {t.VW * g.SW};",
+            f"  const float* __restrict__ wb = sm + {t.PB * TILE} + pl * {WN};",
+            "#pragma unroll 1",
+            f"  for (int m = 0; m < {g.M}; ++m) {{",
+            f"    float acc[{t.VH}][{t.VW}];",
+            _unroll(t.VH, 4), f"    for (int a = 0; a < {t.VH}; ++a)",
+            _unroll(t.VW, 4), f"      for (int b = 0; b < {t.VW}; ++b) acc[a][b] = wb[{g.M * KK} + m];"]
+    comp += _taps_regs(g, t) if t.regs else _taps_smem(g, t)
+    comp += _epilogue(k, nodes, st, a, g, t, IT, itype) + ["  }", "}", ""]
+
+    args = ", ".join([f"in_{n}" for n in k.inputs] + [f"out_{o}" for o in k.outputs])
+    body = [f"  __shared__ __align__(16) float sm[{_smem(g, t) // 4}];",
+            f"  {k.name}_load({args}, sm, blockIdx.x, threadIdx.x);",
+            "  __syncthreads();",
+            f"  {k.name}_compute({args}, sm, blockIdx.x, threadIdx.x);"]
+    blocks = _cdiv(planes, t.PB) * tiles
+    return "\n".join(load + comp), _assemble(k, nodes, body, t.threads, blocks), g, t
+
+
+def _unroll(n: int, full: int = 32) -> str:
+    return "#pragma unroll" if n <= full else "#pragma unroll 8"
+
+
+def _taps_regs(g: Geometry, t: Tiling) -> list[str]:
+    """Weights in registers; each of the RH input rows read once into registers (as 16-byte vectors
+    where aligned) and used for every output row a < VH it touches: kh = (r - a*SH) / DH."""
+    KK = g.KH * g.KW
+    if t.vec:
+        seg = [f"      tw_vec<float, 4> s[{t.LS // 4}];", _unroll(t.LS // 4),
+               f"      for (int q = 0; q < {t.LS // 4}; ++q)",
+               f"        s[q] = *reinterpret_cast<const tw_vec<float, 4>*>(tl + r * {t.IWP} + 4 * q);"]
+        tap = f"s[(b * {g.SW} + kw * {g.DW}) / 4].v[(b * {g.SW} + kw * {g.DW}) % 4]"
+    else:
+        seg = [f"      float s[{t.LS}];", _unroll(t.LS, 64),
+               f"      for (int q = 0; q < {t.LS}; ++q) s[q] = tl[r * {t.IWP} + q];"]
+        tap = f"s[b * {g.SW} + kw * {g.DW}]"
+    return [f"    float wr[{KK}];", _unroll(KK, 64),
+            f"    for (int q = 0; q < {KK}; ++q) wr[q] = wb[m * {KK} + q];",
+            "#pragma unroll",
+            f"    for (int r = 0; r < {t.RH}; ++r) {{", *seg,
+            "#pragma unroll",
+            f"      for (int a = 0; a < {t.VH}; ++a) {{",
+            f"        const int d = r - a * {g.SH};",
+            f"        if (d < 0 || d % {g.DH} != 0 || d / {g.DH} >= {g.KH}) continue;",
+            "#pragma unroll",
+            f"        for (int kw = 0; kw < {g.KW}; ++kw)",
+            "#pragma unroll",
+            f"          for (int b = 0; b < {t.VW}; ++b) acc[a][b] = fmaf(wr[d / {g.DH} * {g.KW} + kw], {tap}, acc[a][b]);",
+            "      }", "    }"]
+
+
+def _taps_smem(g: Geometry, t: Tiling) -> list[str]:
+    """Large kernels: one row of outputs a thread; each tap's weight and inputs read from shared memory."""
+    return ["#pragma unroll 1",
+            f"    for (int kh = 0; kh < {g.KH}; ++kh) {{",
+            f"      const float* __restrict__ row = tl + kh * {g.DH * t.IWP};",
+            f"      const float* __restrict__ wk = wb + m * {g.KH * g.KW} + kh * {g.KW};",
+            "#pragma unroll 4",
+            f"      for (int kw = 0; kw < {g.KW}; ++kw) {{",
+            "        const float wv = wk[kw];",
+            "#pragma unroll",
+            f"        for (int b = 0; b < {t.VW}; ++b) acc[0][b] = fmaf(wv, row[b * {g.SW} + kw * {g.DW}], acc[0][b]);",
+            "      }", "    }"]
+
+
+def _epilogue(k: Kernel, nodes, st: _Stage, a: Node, g: Geometry, t: Tiling, IT: str, itype: str) -> list[str]:
+    """The epilogue at each output the thread computed, then the stores (vectors where a row of the
+    thread's outputs is whole and aligned)."""
+    members = [m for m in k.nodes if m != k.anchor]
+    body = st.lines(members, tuple(k.shape), "idx")
+    x = a.args[0]
+    # NOTE: the conv input read at the output's own index (a residual) is in the tile already when
+    # the output grid is the input grid (stride 1, one channel each, output shape = input shape).
+    if (g.SH, g.SW, g.M) == (1, 1, 1) and nodes[x].shape == a.shape and 0 <= g.PH <= (g.KH - 1) * g.DH \
+            and 0 <= g.PW <= (g.KW - 1) * g.DW:
+        body = [f"const float {x} = tl[(a + {g.PH}) * {t.IWP} + b + {g.PW}];" if line == st.load(x, tuple(k.shape), "idx")
+                else line for line in body]
+    vector = g.OW % t.VW == 0 and t.VW > 1
+    out = [f"    const {IT} ob = (p * {g.M}{itype} + ({IT})m) * {g.OH * g.OW}{itype};",
+           "#pragma unroll", f"    for (int a = 0; a < {t.VH}; ++a) {{",
+           "      const int oh = oh0 + a;"]
+    if g.OH % t.VH:
+        out.append(f"      if (oh >= {g.OH}) break;")
+    stores = {o: STORAGE[nodes[o].dtype] for o in k.outputs}
+    if vector:
+        out += [f"      tw_vec<{s}, {t.VW}> w_{o};" for o, s in stores.items()]
+    out += ["#pragma unroll", f"      for (int b = 0; b < {t.VW}; ++b) {{"]
+    if not vector and g.OW % t.VW:
+        out.append(f"        if (ow0 + b >= {g.OW}) break;")
+    out += [f"        const {IT} idx = ob + ({IT})(oh * {g.OW} + ow0 + b);",
+            f"        const float {a.name} = acc[a][b];", "        (void)idx;"]
+    out += ["        " + line for line in body]
+    out += [f"        w_{o}.v[b] = tw_st<{s}>({o});" if vector else f"        out_{o}[idx] = tw_st<{s}>({o});"
+            for o, s in stores.items()]
+    out.append("      }")
+    if vector:
+        out += [f"      *reinterpret_cast<tw_vec<{s}, {t.VW}>*>(out_{o} + ob + ({IT})(oh * {g.OW} + ow0)) = w_{o};"
+                for o, s in stores.items()]
+    out.append("    }")
+    return out
+
+
+def depthwise_source(k: Kernel, graph) -> str:
+    """One depthwise kernel (its two phases, the kernel, its `extern "C"` launcher)."""
+    nodes = graph.by_name()
+    device, kernel, g, t = depthwise_parts(k, graph)
+    note = (f"// {g.KH}x{g.KW} depthwise, stride {g.SH}x{g.SW}, padding {g.PH}x{g.PW}, dilation {g.DH}x{g.DW}, "
+            f"multiplier {g.M}: {g.H}x{g.W} -> {g.OH}x{g.OW}; block: {t.PB} plane(s) x {t.TY * t.VH}x{t.TX * t.VW} "
+            f"outputs, {t.threads} threads of {t.VH}x{t.VW}, weights in {'registers' if t.regs else 'shared memory'}\n")
+    return _header(k, nodes) + note + device + "\n" + kernel
