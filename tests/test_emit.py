@@ -191,3 +191,20 @@ def test_views_of_parameters_read_only_by_kernels_are_not_made():
     forward = src[src.index("    def forward"):src.index("    def _tw_general")]
     assert ".view(" not in forward
     assert "_k0(p7, p1, v13, p6, p10, p4, v25, p9, p2, p5)" in forward
+
+
+def test_other_constructor_arguments_take_the_general_path(tmp_path):
+    """Kernels hold the captured configuration (a stride, a threshold): a ModelNew built with other
+    arguments must run the original forward even on inputs of the captured shape."""
+    problem = load_problem(ROOT / "problems" / "conv" / "conv3d_strided_elu_threshold.py")
+    src = compile_problem(problem).source
+    assert "or x.shape != (2, 16, 16, 48, 48)" in src and "if (not self._tw_same_init" in src
+    module = load_module(tmp_path / "new.py", src, prefix="tw_emit_init")
+    init = problem.init_inputs()
+    assert module.ModelNew(*init)._tw_same_init
+    other = list(init)
+    other[-1] = 0.3  # another threshold
+    assert not module.ModelNew(*other)._tw_same_init
+    other = list(init)
+    other[3] = 1  # another stride
+    assert not module.ModelNew(*other)._tw_same_init

@@ -133,7 +133,7 @@ def _aten_line(n: Node, names: _Names) -> str:
 
 
 def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, tf32: bool,
-             cuda_graph: bool = False) -> list[str]:
+             cuda_graph: bool = False, same_init: bool = False) -> list[str]:
     graph = plan.graph
     sites: dict[str, int] = {}  # convolution node -> its layout-planning site
     names = _Names(graph)
@@ -151,7 +151,7 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
                                                                 (nodes[step].inputs() if step in nodes else ()))}
     state = [n for n in graph.nodes if n.op == "param" and n.name in used]
     tensors = [n for n in inputs if n.attr("value") is None]
-    conds = [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
+    conds = ["not self._tw_same_init"] * same_init + [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
     conds += [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]
     if tensors:  # NOTE: kernels launch on the current device: every tensor they read must live there
         first = tensors[0].target
@@ -456,15 +456,63 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     return '"""' + "\n".join(lines) + '\n"""'
 
 
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def _plain(v) -> bool:
+    """A value whose repr is itself: numbers, strings, None, and tuples/lists/dicts of them."""
+    if isinstance(v, (tuple, list)):
+        return all(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(_plain(k) and _plain(x) for k, x in v.items())
+    return isinstance(v, _PLAIN)
+
+
+def _init_check(init: ast.FunctionDef | None, init_args) -> str:
+    """`self._tw_same_init = repr((a, b, ...)) == '<captured>'` for Model.__init__'s arguments, or "".
+
+    NOTE: forward's constants (a conv's stride, a threshold) come from the captured model; a ModelNew
+    built with other arguments must not run the kernels, even on inputs of the captured shape."""
+    if init is None or init_args is None:
+        return ""
+    a = init.args
+    names = [x.arg for x in a.posonlyargs + a.args][1:]
+    names += [a.vararg.arg] if a.vararg else []
+    names += [x.arg for x in a.kwonlyargs] + ([a.kwarg.arg] if a.kwarg else [])
+    if not names:
+        return ""
+    values = _bind_init(init, init_args)
+    if values is None or not _plain(values):
+        return ""
+    return f"self._tw_same_init = repr(({', '.join(names)},)) == {repr(tuple(values))!r}"
+
+
+def _bind_init(init: ast.FunctionDef, init_args) -> list | None:
+    """The values __init__'s parameters take for `init_args`, in the order `_init_check` names them."""
+    import inspect
+
+    src = "def f" + ast.unparse(init).split("def __init__", 1)[1].split(":\n", 1)[0] + ": pass"
+    scope: dict = {}
+    try:
+        exec(src, {"torch": torch, "nn": torch.nn}, scope)  # NOTE: only the signature; defaults may name torch
+        bound = inspect.signature(scope["f"]).bind(None, *init_args)
+    except Exception:
+        return None
+    bound.apply_defaults()
+    return list(bound.arguments.values())[1:]
+
+
 def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, precision: str = "fp32",
-         cuda_graph: bool = False) -> str:
+         cuda_graph: bool = False, init_args: list | None = None) -> str:
     """The ModelNew file for `plan`, keeping the problem's constructor and forward signature.
 
     `layout_plan`: each convolution runs in the layout and cuDNN mode measured fastest at its first call.
     `precision`: "fp32" keeps fp32 math wherever the reference has it; "tf32" lets cuBLAS and cuDNN
     use TF32 matrix units (faster, about 1e-3 relative error), and the header says so.
     `cuda_graph`: the fast path is captured once and replayed as a CUDA graph (one launch instead of
-    one per kernel), where `graph_blockers` finds nothing against it; the header states its terms."""
+    one per kernel), where `graph_blockers` finds nothing against it; the header states its terms.
+    `init_args`: the constructor arguments the graph was captured with (a ModelNew built with others
+    runs the original forward)."""
     if precision not in PRECISIONS:
         raise EmitError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     keep, model, lines = _source_parts(source)
@@ -497,10 +545,17 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
     doc = ast.get_docstring(model)
     if doc:
         out.append(f'    """{doc}"""')
+    same_init = _init_check(methods.get("__init__"), init_args)
     for name, f in methods.items():
-        if name != "forward":
+        if name == "__init__" and same_init:
+            text = _method_source(lines, f)
+            body = next(l for l in text.splitlines()[1:] if l.strip() and not l.strip().startswith(("#", ")")))
+            indent = body[:len(body) - len(body.lstrip())]
+            out.append(text + "\n" + indent + "# NOTE: the kernels hold this configuration's constants; another takes the general path\n"
+                       + indent + same_init + "\n")
+        elif name != "forward":
             out.append(_method_source(lines, f) + "\n")
-    out += _forward(plan, inputs, signature, layout_plan, precision == "tf32", cuda_graph)
+    out += _forward(plan, inputs, signature, layout_plan, precision == "tf32", cuda_graph, bool(same_init))
     out.append("")
     out.append("    # The original forward, for inputs the kernels were not built for.")
     out.append(_method_source(lines, fwd, "_tw_general"))

@@ -49,7 +49,8 @@ def compile_problem(problem: Problem, options: Options = Options()) -> Result:
     dumps: list[tuple[str, Graph]] = [("capture", captured)]
     simplified = simplify(captured, dump=(lambda name, g: dumps.append((name, g))) if options.dump else None)
     the_plan = plan(simplified)
-    source = emit(the_plan, problem.source, problem.name, options.layout_plan, options.precision, options.cuda_graph)
+    source = emit(the_plan, problem.source, problem.name, options.layout_plan, options.precision, options.cuda_graph,
+                  problem.init_inputs())
     return Result(problem, captured, simplified, the_plan, source, dumps)
 
 

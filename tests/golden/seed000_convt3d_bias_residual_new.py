@@ -235,6 +235,8 @@ class ModelNew(nn.Module):
             stride=stride, padding=padding, output_padding=output_padding,
         )
         self.bias = nn.Parameter(torch.randn(bias_shape))
+        # NOTE: the kernels hold this configuration's constants; another takes the general path
+        self._tw_same_init = repr((in_channels, out_channels, kernel_size, stride, padding, output_padding, bias_shape,)) == '(32, 64, 3, 2, 1, 1, (64, 1, 1, 1))'
 
     def forward(self, x):
         # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight` costs microseconds).
@@ -242,7 +244,8 @@ class ModelNew(nn.Module):
         p1 = self._modules['conv_transpose']._parameters['weight']  # self.conv_transpose.weight
         p2 = self._modules['conv_transpose']._parameters['bias']  # self.conv_transpose.bias
         # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.
-        if (x.shape != (16, 32, 16, 32, 32) or x.dtype != torch.float32
+        if (not self._tw_same_init
+                or x.shape != (16, 32, 16, 32, 32) or x.dtype != torch.float32
                 or not x.is_cuda or x.get_device() != torch.cuda.current_device()
                 or p2.dtype != torch.float32 or p2.get_device() != x.get_device()
                 or p0.dtype != torch.float32 or p0.get_device() != x.get_device()):

@@ -229,6 +229,8 @@ class ModelNew(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
         self.bias = nn.Parameter(torch.randn(bias_shape))
+        # NOTE: the kernels hold this configuration's constants; another takes the general path
+        self._tw_same_init = repr((in_channels, out_channels, kernel_size, bias_shape,)) == '(64, 128, 3, (128, 1, 1))'
 
     def forward(self, x):
         # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight` costs microseconds).
@@ -236,7 +238,8 @@ class ModelNew(nn.Module):
         p1 = self._modules['conv']._parameters['weight']  # self.conv.weight
         p2 = self._modules['conv']._parameters['bias']  # self.conv.bias
         # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.
-        if (x.shape != (128, 64, 128, 128) or x.dtype != torch.float32
+        if (not self._tw_same_init
+                or x.shape != (128, 64, 128, 128) or x.dtype != torch.float32
                 or not x.is_cuda or x.get_device() != torch.cuda.current_device()
                 or p2.dtype != torch.float32 or p2.get_device() != x.get_device()
                 or p0.dtype != torch.float32 or p0.get_device() != x.get_device()):
