@@ -1,6 +1,7 @@
 """Render the per-problem table of docs/benchmarks.md from a judged bench run and a quick_times run.
 
     python3 bench/benchmarks_md.py out/bench/corpus out/bench/quick/times.jsonl > table.md
+    python3 bench/benchmarks_md.py - out/q2/times.jsonl > table.md      # quick rows only
 Also writes the compact rows it used to docs/data/ (the evidence behind the table).
 """
 from __future__ import annotations
@@ -52,7 +53,7 @@ def geomean(values) -> float:
 
 
 def main() -> int:
-    rows = judged(Path(sys.argv[1])) + quick(Path(sys.argv[2]))
+    rows = ([] if sys.argv[1] == "-" else judged(Path(sys.argv[1]))) + quick(Path(sys.argv[2]))
     rows.sort(key=lambda r: r["key"])
     data = Path(__file__).resolve().parents[1] / "docs" / "data" / "corpus-h100.json"
     data.parent.mkdir(parents=True, exist_ok=True)
