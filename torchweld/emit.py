@@ -132,26 +132,25 @@ def _aten_line(n: Node, names: _Names) -> str:
     return f"{n.name} = {_aten_call(n, names)}"
 
 
-def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, tf32: bool,
-             cuda_graph: bool = False, same_init: bool = False) -> list[str]:
+def _elided_views(plan: Plan) -> dict[str, Ref]:
+    """Views of a parameter read only by kernels: not made, the kernel reads the parameter's own
+    memory, which is the same (each `.view()` costs about a microsecond per call)."""
     graph = plan.graph
-    sites: dict[str, int] = {}  # convolution node -> its layout-planning site
-    names = _Names(graph)
-    nodes = graph.by_name()
-    # A view of a parameter read only by kernels is not made: the kernel reads the parameter's own
-    # memory, which is the same (each `.view()` costs about a microsecond per call).
+    nodes, users = graph.by_name(), graph.users()
     in_kernels = {m for k in plan.kernels for m in k.nodes}
-    users = graph.users()
-    elided = {n.name: n.args[0] for n in graph.nodes
-              if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref)
-              and nodes[n.args[0]].op == "param" and _stride_spec(n) is None
-              and _stride_spec(nodes[n.args[0]]) is None and users[n.name]
-              and all(u in in_kernels for u in users[n.name])}
-    used = {elided.get(a, a) for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
-                                                                (nodes[step].inputs() if step in nodes else ()))}
-    state = [n for n in graph.nodes if n.op == "param" and n.name in used]
+    return {n.name: n.args[0] for n in graph.nodes
+            if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref)
+            and nodes[n.args[0]].op == "param" and _stride_spec(n) is None
+            and _stride_spec(nodes[n.args[0]]) is None and users[n.name]
+            and all(u in in_kernels for u in users[n.name])}
+
+
+def _guard_conditions(plan: Plan, inputs: list[Node], same_init: bool) -> list[str]:
+    """Forward's guard, one condition each: any true one sends the call to the original forward."""
+    nodes = plan.graph.by_name()
     tensors = [n for n in inputs if n.attr("value") is None]
-    conds = ["not self._tw_same_init"] * same_init + [f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
+    conds = ["not self._tw_same_init"] * same_init + [
+        f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
     conds += [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]
     if tensors:  # NOTE: kernels launch on the current device: every tensor they read must live there
         first = tensors[0].target
@@ -163,8 +162,22 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
         # one (a constructor given another kernel_size) takes the general path.
         conv_state = {nodes[k.anchor].args[1] for k in plan.kernels if k.kind == "depthwise"}
         conds += [f"{p}.shape != {tuple(nodes[r].shape)!r}" for r, p in _kernel_params(plan) if r in conv_state]
-    modes = _norm_modes(graph)
-    conds += [f"{_module_path(m)}.training is not {t}" for m, t in modes]
+    conds += [f"{_module_path(m)}.training is not {t}" for m, t in _norm_modes(plan.graph)]
+    return conds
+
+
+def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, tf32: bool,
+             cuda_graph: bool = False, same_init: bool = False) -> list[str]:
+    graph = plan.graph
+    sites: dict[str, int] = {}  # convolution node -> its layout-planning site
+    names = _Names(graph)
+    nodes = graph.by_name()
+    elided = _elided_views(plan)
+    used = {elided.get(a, a) for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
+                                                                (nodes[step].inputs() if step in nodes else ()))}
+    state = [n for n in graph.nodes if n.op == "param" and n.name in used]
+    tensors = [n for n in inputs if n.attr("value") is None]
+    conds = _guard_conditions(plan, inputs, same_init)
     guard = "\n                or ".join(conds) or "False"
     arg_names = ", ".join(n.target for n in inputs)
     body = [f"    def forward({signature}):",
