@@ -3,6 +3,9 @@
 # time: call it again, with out/bench carried, to go on). Usage:
 #   bench/judge_families.sh NAME SECONDS CATEGORY... [-- torchweld bench options]
 # Results: out/bench/NAME (report.html, summary.md, results.json); packed into $OUT/NAME.tgz.
+# NOTE: to resume on the next call, unpack that tgz here first (`tar xzf .../NAME.tgz` in the repo
+# root) and carry out/bench: the device machine keeps nothing between calls. A changed compiler
+# gives new candidate files, which the bench judges again.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD MAX_JOBS=16 PYTHONUNBUFFERED=1
