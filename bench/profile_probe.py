@@ -55,6 +55,12 @@ def main(argv: list[str]) -> int:
                 lines.append(f"  {label}: event median {time_ms(m, [x], reps=100) * 1e3:.1f} us, host {host_us:.1f} us/call "
                              f"(async), device {sum(t for _, t in kernels):.1f} us in {len(kernels)} kernels:")
                 lines += [f"      {t:8.1f} us  {k[:110]}" for k, t in sorted(kernels, key=lambda k: -k[1])[:6]]
+            # NOTE: interleaved rounds: an order effect (clocks, heat) shows up as a drift between rounds.
+            rounds = {"eager": [], "ModelNew": []}
+            for _ in range(4):
+                for label, m in (("eager", ref), ("ModelNew", new)):
+                    rounds[label].append(round(time_ms(m, [x], reps=60) * 1e3, 1))
+            lines.append(f"  interleaved event medians (us): eager {rounds['eager']}, ModelNew {rounds['ModelNew']}")
         Path(argv[0]).write_text("\n".join(lines) + "\n")
     return 0
 

@@ -43,3 +43,19 @@ def test_set_parses_judge_overrides():
     assert pairs == [("timing_min_s", 0.5), ("max_variants", 6), ("generalize", False), ("tolerance", "table")]
     opts = make_options(CheckOptions, dict(pairs))
     assert (opts.timing_min_s, opts.max_variants, opts.generalize, opts.tolerance) == (0.5, 6, False, "table")
+
+
+def test_candidate_compiled_by_prewarm_is_not_compiled_again(tmp_path):
+    from torchweld.bench.prewarm import compiled_by_prewarm, compiler_fingerprint, file_sha
+
+    task = _task(tmp_path)
+    task.candidate.write_text("class ModelNew: pass\n")
+    path = prewarm_path(tmp_path, task.key)
+    path.parent.mkdir(parents=True)
+    record = {"key": task.key, "compiler": compiler_fingerprint(), "candidate_sha": file_sha(task.candidate)}
+    path.write_text(json.dumps(record))
+    assert compiled_by_prewarm(tmp_path, task.key, task.candidate)
+    task.candidate.write_text("class ModelNew: pass  # edited since\n")
+    assert not compiled_by_prewarm(tmp_path, task.key, task.candidate)
+    path.write_text(json.dumps(dict(record, compiler="0" * 16, candidate_sha=file_sha(task.candidate))))
+    assert not compiled_by_prewarm(tmp_path, task.key, task.candidate)  # another compiler made it

@@ -8,6 +8,8 @@ Each problem's cold times are saved in RESULTS_DIR/prewarm/<key>.json and shown 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import hashlib
 import json
 import multiprocessing
 import os
@@ -19,6 +21,30 @@ from torchweld.bench.plan import Task
 
 def prewarm_path(out: Path, key: str) -> Path:
     return out / "prewarm" / f"{key}.json"
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """A hash of torchweld's own sources: a candidate compiled by other code is compiled again."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def file_sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def compiled_by_prewarm(out: Path, key: str, candidate: Path) -> bool:
+    """True when prewarm compiled `candidate` with this very compiler and it is unchanged since."""
+    try:
+        record = json.loads(prewarm_path(out, key).read_text())
+        return (record.get("compiler") == compiler_fingerprint() and candidate.is_file()
+                and record.get("candidate_sha") == file_sha(candidate))
+    except (OSError, ValueError):
+        return False
 
 
 def _warm_one(task: Task, out: str, gpu: str | None, compile_candidate: bool) -> dict:
@@ -40,6 +66,7 @@ def _warm_one(task: Task, out: str, gpu: str | None, compile_candidate: bool) ->
 
             task.candidate.parent.mkdir(parents=True, exist_ok=True)
             compile_file(task.problem, task.candidate)
+            record["compiler"], record["candidate_sha"] = compiler_fingerprint(), file_sha(task.candidate)
         if task.candidate is not None and task.candidate.suffix == ".py" and task.candidate.is_file():
             t0 = time.perf_counter()
             load_module(task.candidate, task.candidate.read_text(), prefix="torchweld_prewarm")

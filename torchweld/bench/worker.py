@@ -90,7 +90,7 @@ def evaluate(task: Task, job: Job, worker: int | None = None, gpu: str | None = 
     if task.candidate is None:
         result = blank_result(task, NO_CANDIDATE, f"no candidate file for {task.rel} (looked for .py/.md/.txt)")
         return finish(task, result, job, started, worker, gpu)
-    if task.compile:
+    if task.compile and not _compiled_already(task, job):
         try:
             task.candidate.parent.mkdir(parents=True, exist_ok=True)
             written = _compiler(job)(task.problem, task.candidate)
@@ -172,6 +172,15 @@ def _judge(job: Job):
     from torchweld.judge.check import CheckOptions, check
 
     return check, make_options(CheckOptions, wanted)
+
+
+def _compiled_already(task: Task, job: Job) -> bool:
+    """Prewarm compiled this candidate with the same compiler (the real compiler only: tests inject theirs)."""
+    if job.compile_fn is not None or task.candidate is None:
+        return False
+    from torchweld.bench.prewarm import compiled_by_prewarm
+
+    return compiled_by_prewarm(job.out, task.key, task.candidate)
 
 
 def _compiler(job: Job):

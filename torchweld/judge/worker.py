@@ -49,7 +49,8 @@ class Worker:
         self.result_path = Path(result_path)
         self.r = {"outcome": None, "message": "", "details": [], "stage": "start", "build_s": None,
                   "correctness": [], "generalization": [], "cheats": [], "timing": None, "device": None,
-                  "torch": torch.__version__, "precision": None}
+                  "torch": torch.__version__, "precision": None, "stage_s": {}}
+        self._stage_t0 = self.clocks.perf_counter()
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def save(self):
@@ -58,10 +59,18 @@ class Worker:
         os.replace(tmp, self.result_path)
 
     def stage(self, name: str):
+        self._close_stage()
         self.r["stage"] = name
         self.save()
 
+    def _close_stage(self):
+        """Wall seconds spent in the stage now ending (where a judge run's time goes)."""
+        now = self.clocks.perf_counter()
+        self.r["stage_s"][self.r["stage"]] = round(now - self._stage_t0, 3)
+        self._stage_t0 = now
+
     def finish(self, outcome: str, message: str):
+        self._close_stage()
         self.r["outcome"], self.r["message"] = outcome, message
         self.save()
         raise Stop
