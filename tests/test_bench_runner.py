@@ -297,3 +297,29 @@ def test_unusable_problem_is_a_result(tree):
 
     run_bench(opts(tree, resume=False), check=buggy, console=quiet(), spawn=False)
     assert saved(tree, "root__top")["outcome"] == "judge_error"
+
+
+def test_judges_sharing_a_gpu_take_turns_through_its_lock(tmp_path, monkeypatch):
+    import fcntl
+    import threading
+    import time
+
+    from torchweld.judge.options import CheckOptions
+    from torchweld.judge.worker import Worker
+
+    lock = tmp_path / "gpu0.lock"
+    monkeypatch.setenv("TORCHWELD_GPU_LOCK", str(lock))
+    w = Worker(str(tmp_path / "p.py"), str(tmp_path / "c.py"), CheckOptions(), str(tmp_path / "result.json"))
+    holder = open(lock, "a")
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another judge is on the GPU
+    t = threading.Thread(target=w.take_gpu)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive(), "took the GPU while another judge held it"
+    assert w.r["stage"] == "waiting for the GPU"
+    holder.close()  # that judge exits
+    t.join(5)
+    assert not t.is_alive()
+    assert "waiting for the GPU" not in w.r["stage_s"]  # closed when the next stage starts
+    w.stage("correctness")
+    assert w.r["stage_s"]["waiting for the GPU"] >= 0.25

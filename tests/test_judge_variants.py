@@ -60,3 +60,36 @@ def test_reshape_keeps_dtype_and_value_range():
 def test_limit():
     p = _problem("problems/seeds/seed000_convt3d_bias_residual.py")
     assert len(all_variants(p.Model, p.get_inputs(), p.get_init_inputs(), 5)) == 5
+
+
+def test_mode_variant_only_where_a_norm_keeps_running_statistics():
+    from torch import nn
+
+    from torchweld.judge.worker import mode_variant
+
+    assert mode_variant(nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4))) is None
+    assert mode_variant(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))) is True  # fresh: training
+    evaluated = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    evaluated[1].eval()
+    assert mode_variant(evaluated) is False
+    assert mode_variant(nn.Sequential(nn.BatchNorm1d(4), nn.Dropout(0.1)).eval()) is None  # training is random
+    assert mode_variant(nn.Sequential(nn.BatchNorm1d(4, track_running_stats=False))) is None
+
+
+def test_compare_buffers_catches_a_wrong_running_statistic():
+    from torch import nn
+
+    from torchweld.judge.worker import compare_buffers
+
+    ref, cand = nn.BatchNorm1d(5), nn.BatchNorm1d(5)
+    x = torch.randn(8, 5)
+    ref(x), cand(x)
+    ok = compare_buffers(ref, cand, "after 1 call")
+    assert ok["ok"] and ok["compared"] == 3
+    cand.running_var.mul_(1.001)  # a biased instead of unbiased variance is off by n/(n-1): far more
+    bad = compare_buffers(ref, cand, "after 1 call")
+    assert not bad["ok"] and "running_var" in bad["why"]
+    cand.running_var.copy_(ref.running_var)
+    cand.num_batches_tracked += 1
+    assert not compare_buffers(ref, cand, "after 1 call")["ok"]
+    assert compare_buffers(nn.Linear(2, 2), nn.Linear(2, 2), "x") is None

@@ -99,6 +99,9 @@ _PYTHON_API = {
     "aten.addmm.default": ("torch.addmm", 3), "aten.convolution.default": ("torch.convolution", 9),
     "aten.scaled_dot_product_attention.default": ("F.scaled_dot_product_attention", 6),
     "aten.mv.default": ("torch.mv", 2), "aten.sum.dim_IntList": ("torch.sum", 3),
+    "aten.baddbmm.default": ("torch.baddbmm", 3), "aten.mean.dim": ("torch.mean", 3),
+    "aten.repeat.default": (".repeat", 2), "aten.copy_.default": (".copy_", 2),
+    "aten.split.Tensor": ("torch.split", 3),
 }
 
 

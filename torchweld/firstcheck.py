@@ -63,20 +63,30 @@ def _cuda(inputs):
 
 def time_ms(fn, input_sets, reps: int = 30) -> float:
     """Median CUDA-event time of fn(*inputs), L2 flushed before each call, inputs rotated."""
+    return time_interleaved({"fn": fn}, input_sets, reps)["fn"]
+
+
+def time_interleaved(fns: dict, input_sets, reps: int = 30) -> dict[str, float]:
+    """Median CUDA-event ms of each fn(*inputs), L2 flushed before each call, inputs rotated, the
+    functions taken in turn call by call (not one after the other), so a drift of the GPU's clocks
+    during the run weighs on all of them alike."""
     flush = torch.empty(int(2 * _l2_bytes()), dtype=torch.int8, device="cuda")
-    for inputs in input_sets:  # warm-up
-        fn(*inputs)
-    times = []
+    for fn in fns.values():  # warm-up
+        for inputs in input_sets:
+            fn(*inputs)
+    times = {k: [] for k in fns}
+    order = list(fns)
     for r in range(reps):
         inputs = input_sets[r % len(input_sets)]
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*inputs)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+        for k in order[r % len(order):] + order[:r % len(order)]:
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[k](*inputs)
+            end.record()
+            torch.cuda.synchronize()
+            times[k].append(start.elapsed_time(end))
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
 def _l2_bytes() -> int:
@@ -138,11 +148,13 @@ def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolera
                     report.ok = False
                     report.errors.append(f"inputs {t}: {why}")
         if timing and report.ok:
-            report.times_ms["eager"] = time_ms(ref, input_sets)
+            fns = {"eager": ref}
             try:
                 compiled = torch.compile(ref)
-                report.times_ms["torch.compile"] = time_ms(compiled, input_sets)
+                compiled(*input_sets[0])
+                fns["torch.compile"] = compiled
             except Exception as e:  # torch.compile failing is information, not our failure
                 report.errors.append(f"torch.compile failed: {type(e).__name__}")
-            report.times_ms["ModelNew"] = time_ms(new, input_sets)
+            fns["ModelNew"] = new
+            report.times_ms.update(time_interleaved(fns, input_sets))
     return report

@@ -135,3 +135,24 @@ def test_timing_honest_fixture_passes_every_check():
         assert key in t
     assert abs(t["candidate_ms_repeat"] - t["candidate_ms"]) / t["candidate_ms"] < 0.10
     assert res["device"] and res["precision"].startswith("strict fp32")
+
+
+MODES = FIX / "modes"
+
+
+@pytest.mark.parametrize("name,where", [("biased_running_var", "after 5 trials"), ("ignores_eval", "eval mode")])
+def test_running_statistics_and_the_other_mode_are_judged(name, where):
+    # anti_cheat off: these are plain PyTorch (no custom kernel); the point is the buffers and the mode.
+    res = judge(MODES / "problem_bn_relu.py", MODES / f"{name}.py", timing=False, anti_cheat=False)
+    assert res["outcome"] == "wrong", res["message"]
+    assert where in res["message"]
+
+
+def test_torchweld_batch_norm_passes_both_modes(tmp_path):
+    from torchweld.pipeline import compile_file
+
+    cand = compile_file(MODES / "problem_bn_relu.py", tmp_path / "bn_new.py")
+    res = judge(MODES / "problem_bn_relu.py", cand, timing=False)
+    assert res["outcome"] == "correct", res["message"]
+    assert res["buffers"] and all(b["ok"] and b["compared"] == 3 for b in res["buffers"])
+    assert any(g["inputs"].startswith("eval mode") and g["ok"] for g in res["generalization"])

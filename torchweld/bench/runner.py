@@ -37,6 +37,7 @@ class BenchOptions:
     filter: str | None = None
     command: str = ""
     prewarm: int = 0  # processes that build candidates and torch.compile caches before judging
+    per_gpu: int = 1  # judges sharing each GPU (>1: they take turns on it through a lock)
     judge: tuple = ()  # (name, value) overrides of the judge's CheckOptions, from --set
 
 
@@ -62,6 +63,10 @@ def register(subparsers) -> None:
     p.add_argument("--prewarm", type=int, default=0, metavar="N",
                    help="first build candidates and torch.compile caches in N parallel processes (cold times "
                         "are kept and reported; the judged compile times are then warm-cache times)")
+    p.add_argument("--per-gpu", type=int, default=1, metavar="K",
+                   help="judges per GPU (default 1). With K > 1 they overlap what needs only the CPU (start-up, "
+                        "building, torch.compile) and take turns, through a lock, for everything that runs on the "
+                        "GPU: correctness, generalisation and timing never overlap")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override one of the judge's options, e.g. --set timing_min_s=0.5 --set max_variants=6")
     p.add_argument("--report-only", type=Path, metavar="RESULTS_DIR",
@@ -82,7 +87,7 @@ def run(args, console: Console | None = None) -> int:
         problems=args.dir, out=args.out or Path("out") / "bench" / args.dir.resolve().name,
         candidates=args.candidates, compile=bool(args.compile), gpus=args.gpus, resume=args.resume,
         timeout=args.timeout, filter=args.filter, command=shlex.join(["torchweld", *sys.argv[1:]]),
-        prewarm=args.prewarm, judge=tuple(parse_settings(args.set)),
+        prewarm=args.prewarm, per_gpu=args.per_gpu, judge=tuple(parse_settings(args.set)),
     )
     return run_bench(opts, console=console)
 
@@ -104,13 +109,15 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
         _say(console, f"torchweld bench: problems would share result names: {', '.join(dups)}")
         return USAGE_ERROR
     slots = gpu_slots(opts.gpus, devices)
-    if isinstance(slots, str):
-        _say(console, f"torchweld bench: {slots}")
+    if isinstance(slots, str) or opts.per_gpu < 1:
+        _say(console, f"torchweld bench: {slots if isinstance(slots, str) else '--per-gpu must be at least 1'}")
         return USAGE_ERROR
+    slots = [s for s in slots for _ in range(opts.per_gpu)]
     todo = [t for t in tasks if not (opts.resume and is_finished(out, t))]
     resumed = len(tasks) - len(todo)
     meta = run_meta(opts, out, slots, resumed)
-    job = Job(out=out, timeout=opts.timeout, check=check, compile_fn=compile_fn, judge=opts.judge)
+    job = Job(out=out, timeout=opts.timeout, check=check, compile_fn=compile_fn, judge=opts.judge,
+              gpu_lock=opts.per_gpu > 1)
     _say(console, f"torchweld bench: {len(tasks)} problems, {len(todo)} to judge ({resumed} resumed), "
                   f"{len(slots)} worker(s); results in {out}")
     interrupted = False
@@ -212,6 +219,7 @@ def run_meta(opts: BenchOptions, out: Path, slots: list, resumed: int) -> dict:
         "filter": opts.filter,
         "resumed": resumed,
         "prewarm": opts.prewarm,
+        "per_gpu": opts.per_gpu,
         "judge_options": dict(opts.judge),
     }
 

@@ -35,6 +35,7 @@ class Job:
     check: Callable | None = None  # None: torchweld.judge.check.check, imported in the worker
     compile_fn: Callable | None = None  # None: torchweld.pipeline.compile_file
     judge: tuple = ()  # (name, value) overrides of the judge's options
+    gpu_lock: bool = False  # several workers share a GPU: each judge takes its lock for the GPU work
 
 
 def blank_result(task: Task, outcome: str, message: str, details: list[str] | None = None) -> dict:
@@ -123,6 +124,10 @@ def worker_main(worker: int, gpu: str | None, tasks, conn, job: Job) -> None:
     # Set before anything touches CUDA (the real judge is imported only below, in _judge).
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    if job.gpu_lock:  # read by the judge's worker process (torchweld.judge.worker.Worker.take_gpu)
+        lock = job.out / "locks" / f"gpu{gpu if gpu is not None else ''}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHWELD_GPU_LOCK"] = str(lock)
     # The judge runs each candidate in a session of its own, which our group kill cannot reach:
     # on SIGTERM take every descendant down first, so nothing keeps running on the GPU.
     signal.signal(signal.SIGTERM, _die_with_descendants)

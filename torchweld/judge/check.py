@@ -22,7 +22,7 @@ def _base(problem: Path, candidate: Path) -> dict:
     return {"problem": str(problem), "name": problem.stem, "candidate": str(candidate), "outcome": None,
             "message": "", "details": [], "build_s": None, "correctness": [], "generalization": [], "cheats": [],
             "static": [], "timing": None, "device": None, "torch": None, "precision": None, "extracted_from": None,
-            "stage_s": {}}
+            "stage_s": {}, "buffers": []}
 
 
 def _tail(path: Path, n: int = 4) -> list[str]:

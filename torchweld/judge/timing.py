@@ -9,7 +9,19 @@ from torchweld.judge.guards import RealClocks
 
 METHOD = ("CUDA events (captured before the candidate was imported) around each call on the current stream; "
           "L2 flushed before each call by writing a buffer of 2x the L2 size; {warmup} warm-up calls; "
-          "{sets} rotating input sets; synchronize after each call; median of >= {runs} runs and >= {secs:g} s")
+          "{sets} rotating input sets; synchronize after each call; eager, torch.compile and the candidate "
+          "interleaved call by call; median of >= {runs} runs and >= {secs:g} s each")
+
+
+class Timed:
+    """One function's times from an interleaved run: the median, every run in order, the last outputs."""
+
+    def __init__(self, median: float, times: list[float], last: list):
+        self.median, self.times, self.last = median, times, last
+
+    def half_median(self) -> float:
+        """The median of the second half of the runs (against the whole: drift within the run)."""
+        return statistics.median(self.times[len(self.times) // 2:])
 
 
 class Timer:
@@ -38,18 +50,30 @@ class Timer:
 
     def median(self, fn, sets: list) -> tuple[float, int, list]:
         """(median ms, runs, last output per input set) over rotating `sets`."""
+        r = self.interleaved({"fn": fn}, sets)["fn"]
+        return r.median, len(r.times), r.last
+
+    def interleaved(self, fns: dict, sets: list) -> dict[str, "Timed"]:
+        """Each function timed call by call in turn (the turn's first function rotating), so a drift
+        of the GPU's clocks or of the host during the run weighs on all of them alike; until each has
+        >= min_runs runs and the run took >= min_s per function (at most max_runs each)."""
         c = self.clocks
-        for i in range(self.warmup):
-            fn(*sets[i % len(sets)])
+        for fn in fns.values():
+            for i in range(self.warmup):
+                fn(*sets[i % len(sets)])
         c.synchronize()
-        times, last, t0, i = [], [None] * len(sets), c.perf_counter(), 0
-        while i < self.max_runs and (i < self.min_runs or c.perf_counter() - t0 < self.min_s):
+        order = list(fns)
+        times = {k: [] for k in fns}
+        last = {k: [None] * len(sets) for k in fns}
+        t0, i = c.perf_counter(), 0
+        while i < self.max_runs and (i < self.min_runs or c.perf_counter() - t0 < self.min_s * len(fns)):
             k = i % len(sets)
-            ms, out = self.one(fn, sets[k])
-            last[k] = out
-            times.append(ms)
+            for label in order[i % len(order):] + order[:i % len(order)]:
+                ms, out = self.one(fns[label], sets[k])
+                last[label][k] = out
+                times[label].append(ms)
             i += 1
-        return statistics.median(times), len(times), last
+        return {k: Timed(statistics.median(v), v, last[k]) for k, v in times.items()}
 
     def wall_and_events(self, fn, args, runs: int = 10) -> tuple[float, float]:
         """(median wall ms of call + device-wide synchronize, median CUDA-event ms of the call)."""

@@ -49,7 +49,7 @@ class Worker:
         self.result_path = Path(result_path)
         self.r = {"outcome": None, "message": "", "details": [], "stage": "start", "build_s": None,
                   "correctness": [], "generalization": [], "cheats": [], "timing": None, "device": None,
-                  "torch": torch.__version__, "precision": None, "stage_s": {}}
+                  "torch": torch.__version__, "precision": None, "stage_s": {}, "buffers": []}
         self._stage_t0 = self.clocks.perf_counter()
 
     # ---- bookkeeping -------------------------------------------------------------------------
@@ -133,12 +133,47 @@ class Worker:
         except Exception as e:  # noqa: BLE001
             self.finish("runtime_error", f"constructing the models failed: {type(e).__name__}: {_line(e)}")
         self.r["details"] += pair.notes
+        if self.opts.anti_cheat:
+            self.env_check("after construction")
+        compiled = self.compile_reference(pair, problem) if self.opts.timing else None
+        self.take_gpu()
         with torch.no_grad():
             self.correctness(problem, pair, source)
             self.generalization(problem, pair, init_args, module.ModelNew)
             if self.opts.timing:
-                self.timing(problem, pair)
+                self.timing(problem, pair, compiled)
         self.finish("correct", self.summary())
+
+    def compile_reference(self, pair, problem):
+        """torch.compile of the original, before any timing, so that all three can be timed interleaved;
+        (compiled or None, seconds, error). It needs CPU more than GPU, so it runs before `take_gpu`.
+        Its first call's effect on buffers (a training batch norm's statistics) is undone."""
+        from torchweld.judge.timing import compile_model
+
+        self.stage("torch.compile")
+        torch.manual_seed(self.opts.seed * 1000 + 501)
+        sample = to_cuda(problem.inputs())
+        saved = {k: b.clone() for k, b in pair.ref.named_buffers()}
+        result = compile_model(pair.ref, self.opts.compile_mode, sample, self.clocks)
+        with torch.no_grad():
+            for k, b in pair.ref.named_buffers():
+                b.copy_(saved[k])
+        # NOTE: Inductor's compile workers are not the candidate's: the thread/process baseline is taken
+        # again (everything the candidate started before this point was checked just above).
+        self.threads0, self.kids0 = guards.thread_count(), guards.child_pids()
+        return result
+
+    def take_gpu(self):
+        """Where the bench runs several judges on one GPU, wait for the GPU's lock and hold it to the end
+        (the process exits without releasing it otherwise: os._exit closes the file)."""
+        path = os.environ.get("TORCHWELD_GPU_LOCK")
+        if not path:
+            return
+        import fcntl
+
+        self.stage("waiting for the GPU")
+        self._gpu_lock = open(path, "a")
+        fcntl.flock(self._gpu_lock, fcntl.LOCK_EX)
 
     def correctness(self, problem, pair, source):
         self.stage("correctness")
@@ -153,6 +188,7 @@ class Worker:
             self.caught(cheats, f"correctness trial {t + 1}")
             if not verdict["ok"]:
                 self.finish("wrong", f"wrong output on trial {t + 1}: {verdict['why']}")
+        self.check_buffers(pair, f"after {self.opts.trials} trials")
         if pair.oracle_error:
             self.r["details"].append(f"float64 oracle unavailable ({pair.oracle_error}); the dtype table decided")
         if self.opts.anti_cheat:
@@ -163,10 +199,56 @@ class Worker:
             self.caught(stream_probe(pair, fresh, self.opts.stream_probes), "stream probe")
             self.env_check("after the correctness calls")
 
+    def check_buffers(self, pair, when: str):
+        """Running statistics (and every other buffer) of the candidate against the original's, after
+        the same calls on the same inputs: a batch norm in training mode must update them as PyTorch does."""
+        verdict = compare_buffers(pair.ref, pair.cand, when)
+        if verdict is None:
+            return
+        self.r["buffers"].append(verdict)
+        if not verdict["ok"]:
+            self.finish("wrong", f"buffers differ {when}: {verdict['why']}")
+
+    def other_mode(self, problem, pair, init_args, cand_cls):
+        """The model in the other mode (training <-> eval) where a norm keeps running statistics: the
+        original and the candidate both switched, run on fresh inputs, and their buffers compared."""
+        to_eval = mode_variant(pair.ref)
+        if to_eval is None:
+            return
+        label = "eval mode" if to_eval else "training mode"
+        seed = self.opts.seed * 1000 + 91
+        try:
+            vpair = Pair(problem, cand_cls, init_args, {}, seed, pair.use_oracle)
+        except Exception as e:  # noqa: BLE001
+            self.r["generalization"].append(_failed(label, f"ModelNew raised {_line(e)}"))
+            return
+        calls = []
+        if to_eval:  # one training call first, so the running statistics are not the fresh ones
+            calls.append(("training mode, then", False))
+        calls += [(label, to_eval), (label, to_eval)]
+        for k, (what, eval_now) in enumerate(calls):
+            vpair.ref.train(not eval_now)
+            vpair.cand.train(not eval_now)
+            torch.manual_seed(seed + 1 + k)
+            try:
+                verdict, cheats, _, _ = run_trial(vpair, problem.inputs(), f"{what} (call {k + 1})", self.opts,
+                                                  anti_cheat=self.opts.anti_cheat)
+            except Exception as e:  # noqa: BLE001
+                _cuda_alive()
+                verdict, cheats = _failed(label, f"candidate raised {type(e).__name__}: {_line(e)}"), []
+            self.r["generalization"].append(verdict)
+            self.caught(cheats, label)
+            if not verdict["ok"]:
+                break
+        else:
+            self.check_buffers(vpair, f"in {label}")
+        self.save()
+
     def generalization(self, problem, pair, init_args, cand_cls):
         if not self.opts.generalize:
             return
         self.stage("generalization")
+        self.other_mode(problem, pair, init_args, cand_cls)
         torch.manual_seed(self.opts.seed)
         base = problem.inputs()
         for k, v in enumerate(all_variants(problem.model_cls, base, init_args, self.opts.max_variants)):
@@ -206,38 +288,40 @@ class Worker:
         if bad:
             self.finish("wrong", f"fails generalisation on {', '.join(g['inputs'] for g in bad)}: {bad[0]['why']}")
 
-    def timing(self, problem, pair):
-        from torchweld.judge.timing import Timer, compile_model
+    def timing(self, problem, pair, compiled_ref):
+        from torchweld.judge.timing import Timer
 
         self.stage("timing")
         o = self.opts
+        if o.anti_cheat:
+            self.env_check("before timing")
         timer = Timer(self.clocks, o.timing_runs, o.timing_min_s, o.timing_max_runs)
         sets = []
         for s in range(o.timing_sets):
             torch.manual_seed(o.seed * 1000 + 501 + s)
             sets.append(to_cuda(problem.inputs()))
-        eager_ms, _, ref_last = timer.median(pair.ref, sets)
-        cand_ms, runs, cand_last = timer.median(pair.cand, sets)
-        t = {"eager_ms": eager_ms, "compile_ms": None, "candidate_ms": cand_ms, "compile_build_s": None,
-             "speedup_vs_eager": eager_ms / cand_ms if cand_ms else None, "speedup_vs_compile": None,
-             "candidate_ms_repeat": None, "method": timer.method(len(sets)), "runs": runs}
+        compiled, secs, err = compiled_ref
+        if compiled is None:
+            self.r["details"].append(f"torch.compile({o.compile_mode}) failed: {err}")
+        fns = {"eager": pair.ref, "candidate": pair.cand}
+        if compiled is not None:
+            fns["compile"] = compiled
+        timed = timer.interleaved(fns, sets)
+        eager, cand = timed["eager"], timed["candidate"]
+        cand_ms = cand.median
+        t = {"eager_ms": eager.median, "compile_ms": None, "candidate_ms": cand_ms, "compile_build_s": secs,
+             "speedup_vs_eager": eager.median / cand_ms if cand_ms else None, "speedup_vs_compile": None,
+             "candidate_ms_repeat": cand.half_median(), "method": timer.method(len(sets)), "runs": len(cand.times)}
+        if compiled is not None:
+            t["compile_ms"] = timed["compile"].median
+            t["speedup_vs_compile"] = t["compile_ms"] / cand_ms if cand_ms else None
         self.r["timing"] = t
+        ref_last, cand_last = eager.last, cand.last
+        del timed, eager, cand
         if o.anti_cheat:
             self.timing_checks(problem, pair, timer, sets, ref_last, cand_last, cand_ms, t)
             self.env_check("after timing the candidate")
         del ref_last, cand_last
-        compiled, secs, err = compile_model(pair.ref, o.compile_mode, sets[0], self.clocks)
-        t["compile_build_s"] = secs
-        if compiled is None:
-            self.r["details"].append(f"torch.compile({o.compile_mode}) failed: {err}")
-        else:
-            t["compile_ms"] = timer.median(compiled, sets)[0]
-            t["speedup_vs_compile"] = t["compile_ms"] / cand_ms if cand_ms else None
-        t["candidate_ms_repeat"] = timer.median(pair.cand, sets)[0]
-        if o.anti_cheat:
-            changed = self.clocks.changed()
-            self.caught([cheat("timer_patch", f"after timing: replaced {', '.join(changed[:4])}")] if changed else [],
-                        "end of timing")
 
     def timing_checks(self, problem, pair, timer, sets, ref_last, cand_last, cand_ms, t):
         """Timed outputs still right; event time vs wall time; fresh inputs as fast as rotating ones."""
@@ -285,6 +369,40 @@ class Worker:
             if t.get("speedup_vs_compile"):
                 msg += f", vs torch.compile {t['compile_ms']:.3f} ms ({t['speedup_vs_compile']:.2f}x)"
         return msg
+
+
+def mode_variant(model) -> bool | None:
+    """True: judge the model in eval mode too; False: in training mode too; None: its mode changes
+    nothing judgeable (no norm with running statistics, or a dropout that would make training random)."""
+    norms = [m for m in model.modules() if getattr(m, "track_running_stats", False)
+             and isinstance(getattr(m, "running_mean", None), torch.Tensor)]
+    if not norms:
+        return None
+    if all(m.training for m in norms):
+        return True
+    dropout = any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules())
+    return None if dropout else False
+
+
+def compare_buffers(ref, cand, when: str) -> dict | None:
+    """One verdict over every buffer the two models share by name (None when the original has none)."""
+    ref_b, cand_b = dict(ref.named_buffers()), dict(cand.named_buffers())
+    if not ref_b:
+        return None
+    missing = sorted(set(ref_b) - set(cand_b))
+    if missing:
+        return {"inputs": when, "ok": True, "why": f"the candidate has no buffer {missing[0]}: not compared",
+                "compared": 0}
+    worst = None
+    for name, r in ref_b.items():
+        v = compare(cand_b[name], r, None, "table", 4.0, name)
+        if not v["ok"]:
+            return {"inputs": when, "ok": False, "why": f"{name}: {v['why']}", "compared": len(ref_b),
+                    "max_abs": v["max_abs"], "rel": v["rel"]}
+        if v["rel"] is not None and (worst is None or v["rel"] > worst[1]):
+            worst = (name, v["rel"])
+    why = f"{len(ref_b)} buffers match" + (f" (worst {worst[0]}, rel {worst[1]:.2e})" if worst else "")
+    return {"inputs": when, "ok": True, "why": why, "compared": len(ref_b)}
 
 
 def _line(e: BaseException) -> str:
