@@ -74,6 +74,10 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
                str(tmp / "options.json"), str(result_path)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
+        # NOTE: Inductor compiles in this process, not in a pool of compile workers: the pool's threads and
+        # processes start in the background and would look like the candidate's; on a warm cache (the bench's
+        # --prewarm) it is also seconds faster. Compile time only: torch.compile's kernels are the same.
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         timed_out = False
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             # NOTE: a session of its own, so a hang is killed with every process the candidate started.
