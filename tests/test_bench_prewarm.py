@@ -46,11 +46,11 @@ def test_set_parses_judge_overrides():
 
 
 def test_candidate_compiled_by_prewarm_is_not_compiled_again(tmp_path):
-    from torchweld.bench.prewarm import compiled_by_prewarm, compiler_fingerprint, file_sha
+    from torchweld.bench.prewarm import compiled_by_prewarm, compiled_path, compiler_fingerprint, file_sha
 
     task = _task(tmp_path)
     task.candidate.write_text("class ModelNew: pass\n")
-    path = prewarm_path(tmp_path, task.key)
+    path = compiled_path(tmp_path, task.key)
     path.parent.mkdir(parents=True)
     record = {"key": task.key, "compiler": compiler_fingerprint(), "candidate_sha": file_sha(task.candidate)}
     path.write_text(json.dumps(record))
@@ -59,3 +59,19 @@ def test_candidate_compiled_by_prewarm_is_not_compiled_again(tmp_path):
     assert not compiled_by_prewarm(tmp_path, task.key, task.candidate)
     path.write_text(json.dumps(dict(record, compiler="0" * 16, candidate_sha=file_sha(task.candidate))))
     assert not compiled_by_prewarm(tmp_path, task.key, task.candidate)  # another compiler made it
+
+
+def test_resume_judges_again_a_candidate_whose_content_changed(tmp_path):
+    from torchweld.bench.plan import is_finished, results_path, write_json
+    from torchweld.bench.prewarm import file_sha
+
+    task = _task(tmp_path)
+    task.candidate.write_text("class ModelNew: pass\n")
+    saved = {"outcome": "correct", "bench": {"candidate": str(task.candidate), "compiled": False,
+                                             "candidate_sha": file_sha(task.candidate)}}
+    write_json(results_path(tmp_path, task.key), saved)
+    assert is_finished(tmp_path, task)
+    task.candidate.write_text("class ModelNew: pass  # a new compiler wrote this\n")
+    assert not is_finished(tmp_path, task)
+    task.candidate.unlink()
+    assert not is_finished(tmp_path, task)

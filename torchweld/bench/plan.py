@@ -142,6 +142,12 @@ def is_finished(out: Path, task: Task) -> bool:
     if saved is None:
         return False
     bench = saved.get("bench") or {}
+    if bench.get("candidate_sha") and task.candidate is not None:
+        # NOTE: the same file by content: a changed compiler (or an edited candidate) is judged again.
+        from torchweld.bench.prewarm import file_sha
+
+        if not task.candidate.is_file() or file_sha(task.candidate) != bench["candidate_sha"]:
+            return False
     return _same_candidate(bench.get("candidate"), task.candidate, out) and bench.get(
         "compiled", False
     ) == task.compile

@@ -37,14 +37,48 @@ def file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def compiled_path(out: Path, key: str) -> Path:
+    return out / "compiled" / f"{key}.json"
+
+
 def compiled_by_prewarm(out: Path, key: str, candidate: Path) -> bool:
-    """True when prewarm compiled `candidate` with this very compiler and it is unchanged since."""
+    """True when `candidate` was compiled by this very compiler (`compile_candidates`, prewarm) and is
+    unchanged since."""
     try:
-        record = json.loads(prewarm_path(out, key).read_text())
+        record = json.loads(compiled_path(out, key).read_text())
         return (record.get("compiler") == compiler_fingerprint() and candidate.is_file()
                 and record.get("candidate_sha") == file_sha(candidate))
     except (OSError, ValueError):
         return False
+
+
+def _compile_one(task: Task, out: str) -> str | None:
+    """In a fresh process: compile one problem to its candidate file and record by which compiler."""
+    from torchweld.pipeline import compile_file
+
+    try:
+        task.candidate.parent.mkdir(parents=True, exist_ok=True)
+        compile_file(task.problem, task.candidate)
+    except Exception as e:  # the bench compiles it again when judging, and records the error then
+        return f"{task.key}: {type(e).__name__}"
+    path = compiled_path(Path(out), task.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": task.key, "compiler": compiler_fingerprint(),
+                                "candidate_sha": file_sha(task.candidate)}))
+    return None
+
+
+def compile_candidates(tasks: list[Task], out: Path, processes: int, say=print) -> list[str]:
+    """`--compile`: (re)write every candidate this compiler has not written yet, `processes` at a time,
+    before resume decides what is left: a result stands only for the candidate file it judged."""
+    todo = [t for t in tasks if t.compile and t.candidate is not None
+            and not compiled_by_prewarm(out, t.key, t.candidate)]
+    if not todo:
+        return []
+    say(f"compiling {len(todo)} problems, {processes} at a time")
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max(1, processes), mp_context=ctx) as pool:
+        return [e for e in pool.map(_compile_one, todo, [str(out)] * len(todo)) if e]
 
 
 def _warm_one(task: Task, out: str, gpu: str | None, compile_candidate: bool) -> dict:
@@ -61,12 +95,11 @@ def _warm_one(task: Task, out: str, gpu: str | None, compile_candidate: bool) ->
     record: dict = {"key": task.key}
     try:
         problem = load_problem(task.problem)
-        if compile_candidate and task.candidate is not None:
-            from torchweld.pipeline import compile_file
-
-            task.candidate.parent.mkdir(parents=True, exist_ok=True)
-            compile_file(task.problem, task.candidate)
-            record["compiler"], record["candidate_sha"] = compiler_fingerprint(), file_sha(task.candidate)
+        if compile_candidate and task.candidate is not None and not compiled_by_prewarm(Path(out), task.key,
+                                                                                           task.candidate):
+            error = _compile_one(task, out)
+            if error:
+                raise RuntimeError(error)
         if task.candidate is not None and task.candidate.suffix == ".py" and task.candidate.is_file():
             t0 = time.perf_counter()
             load_module(task.candidate, task.candidate.read_text(), prefix="torchweld_prewarm")

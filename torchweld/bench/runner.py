@@ -113,6 +113,11 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
         _say(console, f"torchweld bench: {slots if isinstance(slots, str) else '--per-gpu must be at least 1'}")
         return USAGE_ERROR
     slots = [s for s in slots for _ in range(opts.per_gpu)]
+    if opts.compile and spawn and compile_fn is None:
+        from torchweld.bench.prewarm import compile_candidates
+
+        compile_candidates(tasks, out, opts.prewarm or max(1, (os.cpu_count() or 2) // 2),
+                           say=lambda text: _say(console, text))
     todo = [t for t in tasks if not (opts.resume and is_finished(out, t))]
     resumed = len(tasks) - len(todo)
     meta = run_meta(opts, out, slots, resumed)

@@ -73,8 +73,11 @@ def finish(task: Task, result: dict, job: Job, started: float, worker: int | Non
             result["prewarm"] = json.loads(warm.read_text())
         except (OSError, ValueError):
             pass
+    from torchweld.bench.prewarm import file_sha
+
     result["bench"] = {
         "candidate": str(task.candidate) if task.candidate else None,
+        "candidate_sha": file_sha(task.candidate) if task.candidate and task.candidate.is_file() else None,
         "compiled": task.compile,
         "worker": worker,
         "gpu": gpu,
