@@ -11,8 +11,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import torch
-
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_module, load_problem
 
@@ -43,8 +41,6 @@ def emulated_model(problem_path: Path, workdir: Path | None = None, vec: bool = 
     """(ModelNew class running on the emulator, the compile result); vec=False: the scalar builds."""
     result = compile_problem(load_problem(problem_path))
     src = result.source
-    if not vec:
-        src = re.sub(r", int\(\w+\.data_ptr\(\) % .*\), _tw_stream\(dev\)\)\)", ", 0, _tw_stream(dev)))", src)
     src = src.replace("_LIB = _tw_build() if torch.cuda.is_available() else None", "_LIB = None")
     src = re.sub(r" or not \w+\.is_cuda", "", src)
     src = re.sub(r" or \w+\.get_device\(\) != torch\.cuda\.current_device\(\)", "", src)
@@ -54,13 +50,39 @@ def emulated_model(problem_path: Path, workdir: Path | None = None, vec: bool = 
     path.write_text(src)
     module = load_module(path, src, prefix="tw_emu")
     lib = build(module._CUDA_SRC, workdir)
-    for kernel, n_ptrs in module._KERNEL_ARGS.items():
-        fn = getattr(lib, "tw_launch_" + kernel)
-        fn.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int, ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-    module._LIB = lib
+    module._LIB = _Launchers(lib, module._KERNEL_ARGS, vec)
     module._tw_stream = lambda dev: None
     return module.ModelNew, result
+
+
+class _Launchers:
+    """The emulated library as the emitted file calls it; records each launch by kernel name in
+    `launched`, and with vec=False passes 0 as every launch's vector flag (the scalar builds)."""
+
+    def __init__(self, lib: ctypes.CDLL, kernels: dict[str, int], vec: bool):
+        lib.tw_error_string.argtypes, lib.tw_error_string.restype = [ctypes.c_int], ctypes.c_char_p
+        self.tw_error_string, self.launched = lib.tw_error_string, []
+        for kernel, n_ptrs in kernels.items():
+            fn = getattr(lib, "tw_launch_" + kernel)
+            fn.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int, ctypes.c_void_p]
+            fn.restype = ctypes.c_int
+            setattr(self, "tw_launch_" + kernel, self._recorded(kernel, fn, vec))
+
+    def _recorded(self, kernel, fn, vec):
+        def launch(*args):
+            self.launched.append(kernel)
+            return fn(*args[:-2], args[-2] if vec else 0, args[-1])
+        return launch
+
+
+def force_conv_layout(model, channels_last: bool) -> None:
+    """Make every `_tw_conv` site of an emulated ModelNew run channels-last (channels_last_3d for a
+    3-d convolution), or as the original does, without measuring (which needs a GPU)."""
+    def pick(x, w, args, fmt, to):
+        return ((fmt if channels_last else None), False), []
+
+    type(model).forward.__globals__["_tw_pick"] = pick
+    model.__dict__.pop("_tw_conv_plans", None)
 
 
 def write_problem(tmp: Path, name: str, body: str) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchweld.codegen.kernel import module_source
+from torchweld.conv_layout import conv_layouts
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_problem
 
@@ -18,8 +19,10 @@ NVCC = shutil.which("nvcc")
 
 
 def _cuda(problem: Path) -> str:
+    """The CUDA source as the emitted file holds it: each kernel, and its `_cl` build where a
+    convolution's channels-last output may reach it (conv_layout.py)."""
     result = compile_problem(load_problem(problem))
-    return module_source(list(result.plan.kernels), result.plan.graph)
+    return module_source(list(result.plan.kernels), result.plan.graph, conv_layouts(result.plan))
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ from torchweld.codegen.kernel import (ITEMSIZE, contiguous_strides, is_contiguou
 from torchweld.codegen.pool import memory_order, out_strides
 from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.codegen.reduce import reduce_launch, reduce_traffic
+from torchweld.codegen.variants import variant_aligned, variant_name
+from torchweld.conv_layout import FORMATS, ConvLayouts, conv_layouts, moved
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
@@ -169,8 +171,19 @@ def _guard_conditions(plan: Plan, inputs: list[Node], same_init: bool) -> list[s
     return conds
 
 
+def _conv_to(n: Node, layouts: ConvLayouts) -> str:
+    """`_tw_conv`'s `to` argument for convolution `n`: None where its readers take either layout,
+    else the captured layout (NCHW, the default, or channels-last where the original made that)."""
+    if n.name in layouts.keep:
+        return ", to=None"
+    fmt = FORMATS.get(len(n.shape))
+    if fmt is not None and not moved(n, torch.empty(tuple(n.shape), device="meta", memory_format=fmt).stride()):
+        return f", to=torch.{str(fmt).split('.')[-1]}"
+    return ""
+
+
 def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, tf32: bool,
-             cuda_graph: bool = False, same_init: bool = False) -> list[str]:
+             cuda_graph: bool = False, same_init: bool = False, layouts: ConvLayouts = ConvLayouts()) -> list[str]:
     graph = plan.graph
     sites: dict[str, int] = {}  # convolution node -> its layout-planning site
     names = _Names(graph)
@@ -207,7 +220,9 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
             body.append(f"        {n.name} = {names.expr(n.args[0])}[{n.args[1]!r}]")
         elif n.op == "aten" and n.target == CONV and layout_plan:
             args = ", ".join(names.expr(a) for a in n.args)
-            body.append(f"        {n.name} = _tw_conv(self, {sites.setdefault(n.name, len(sites))}, {args})  # library")
+            site = sites.setdefault(n.name, len(sites))
+            note = "; channels-last goes on as made" if n.name in layouts.keep else ""
+            body.append(f"        {n.name} = _tw_conv(self, {site}, {args}{_conv_to(n, layouts)})  # library{note}")
         elif n.op == "aten":
             note = "  # library" if n.target in LIBRARY else ""
             body.append(f"        {_aten_line(n, names)}{note}")
@@ -300,11 +315,29 @@ def _allocate(out: str, shape: tuple, dtype, operands: list[Node]) -> str:
     return f"    out_{out} = torch.empty({tuple(shape)!r}, dtype=torch.{dtype}, device=dev)"
 
 
-def _launch(k: Kernel, ptrs: list[str], vec: str, first: str) -> list[str]:
+def _launch(k: Kernel, ptrs: list[str], vec: str, first: str, cl_vec: str | None = None) -> list[str]:
+    """The launch and its check; `cl_vec` given: the `_cl` build where `cl` (see `_pick_build`)."""
     stream = f"_tw_stream({first}.get_device())" if first else "_tw_stream(torch.cuda.current_device())"
-    return [f"    err = _LIB.tw_launch_{k.name}({', '.join(ptrs)}, {vec}, {stream})",
-            "    if err:",
-            f"        _tw_fail({k.name!r}, err)"]
+    call = f"    err = _LIB.tw_launch_{k.name}({', '.join(ptrs)}, {vec}, {stream})"
+    if cl_vec is not None:
+        cl_call = f"        err = _LIB.tw_launch_{variant_name(k)}({', '.join(ptrs)}, {cl_vec}, {stream})"
+        return ["    if cl:", cl_call, "    else:", "    " + call, "    if err:", f"        _tw_fail({k.name!r}, err)"]
+    return [call, "    if err:", f"        _tw_fail({k.name!r}, err)"]
+
+
+def _pick_build(alt: dict[str, tuple], nodes: dict) -> list[str]:
+    """Lines setting `cl`: every operand in `alt` has the strides a channels-last convolution gives
+    it, which the `_cl` build reads as they are; else they are laid out as captured."""
+    test = " and ".join(f"a_{a}.stride() == {s!r}" for a, s in alt.items())
+    return [f"    cl = {test}",
+            "    if not cl:  # NOTE: the convolution ran NCHW (no copy), or other strides: laid out as captured",
+            *["    " + line for line in _prepare(list(alt), nodes)]]
+
+
+def _aligned_test(pairs) -> str:
+    """`int(...)`: every (operand, bytes) pointer aligned; "1" where none needs testing."""
+    checks = [f"a_{n}.data_ptr() % {b} == 0" for n, b in pairs]
+    return f"int({' and '.join(checks)})" if checks else "1"
 
 
 def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
@@ -346,7 +379,7 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
     return "\n".join(lines)
 
 
-def _pool_wrapper(k: Kernel, graph: Graph) -> str:
+def _pool_wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple]) -> str:
     """Like `_reduce_wrapper`, for a pool kernel: each output in the layout the kernel writes."""
     nodes = graph.by_name()
     anchor = nodes[k.anchor]
@@ -354,7 +387,8 @@ def _pool_wrapper(k: Kernel, graph: Graph) -> str:
     lines = [
         f"def _{k.name}({', '.join(f'a_{a}' for a in k.inputs)}):",
         f'    """{k.name}: {anchor.op} with {len(k.nodes) - 1} fused pointwise ops; see its CUDA source above."""',
-        *_prepare(list(k.inputs), nodes),
+        *(_pick_build(alt, nodes) if alt else []),
+        *_prepare([a for a in k.inputs if a not in alt], nodes),
     ]
     allocs = []
     for o in k.outputs:
@@ -366,20 +400,21 @@ def _pool_wrapper(k: Kernel, graph: Graph) -> str:
         lines.append(f"    dev = a_{k.inputs[0]}.device")
     lines += allocs
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
-    lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}")
+    lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}", "0" if alt else None)
     lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
     return "\n".join(lines)
 
 
-def _wrapper(k: Kernel, graph: Graph) -> str:
+def _wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple] | None = None) -> str:
     """The Python function that lays out operands, allocates outputs and launches one kernel.
 
     NOTE: it runs on every forward, so it stays short: each Python step costs about a microsecond,
-    as much as a small kernel's whole run."""
+    as much as a small kernel's whole run. `alt`: operands that may come channels-last (conv_layout.py)."""
+    alt = alt or {}
     if k.kind in ("reduce", "depthwise"):
         return _reduce_wrapper(k, graph)
     if k.kind == "pool":
-        return _pool_wrapper(k, graph)
+        return _pool_wrapper(k, graph, alt)
     nodes = graph.by_name()
     ops = operands(k, graph)
     vec = vector_width(k, graph)
@@ -390,7 +425,8 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
     lines = [
         f"def _{k.name}({params}):",
         f'    """{k.name}: {len(k.nodes)} fused ops over {tuple(k.shape)}; see its CUDA source above."""',
-        *_prepare([o.name for o in ops], nodes),
+        *(_pick_build(alt, nodes) if alt else []),
+        *_prepare([o.name for o in ops if o.name not in alt], nodes),
     ]
     allocs = [_allocate(o, k.shape, dt, [nodes[p.name] for p in ops]) for o, dt in outs]
     if any("device=dev" in a for a in allocs):
@@ -400,7 +436,11 @@ def _wrapper(k: Kernel, graph: Graph) -> str:
     checks = [f"{a}.data_ptr() % {align[a]} == 0" for a in aligned]
     vec_arg = "0" if vec == 1 else f"int({' and '.join(checks)})" if checks else "1"
     ptrs = [f"a_{o.name}.data_ptr()" for o in ops] + [f"out_{o}.data_ptr()" for o, _ in outs]
-    lines += _launch(k, ptrs, vec_arg, f"a_{ops[0].name}" if ops else "")
+    cl_vec = None
+    if alt:
+        cl_aligned = variant_aligned(k, graph, alt)
+        cl_vec = "0" if cl_aligned is None else _aligned_test(cl_aligned)
+    lines += _launch(k, ptrs, vec_arg, f"a_{ops[0].name}" if ops else "", cl_vec)
     ret = ", ".join(f"out_{o}" for o, _ in outs)
     lines.append(f"    return {ret}{',' if len(outs) == 1 else ''}")
     return "\n".join(lines)
@@ -412,7 +452,7 @@ def _stride_spec(n: Node):
 
 
 def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cuda_graph: bool = False,
-            blockers: list[str] = ()) -> str:
+            blockers: list[str] = (), layouts: ConvLayouts = ConvLayouts()) -> str:
     graph = plan.graph
     nodes = graph.by_name()
     lib = [nodes[s] for s in plan.steps if s in nodes and nodes[s].op == "aten"]
@@ -461,6 +501,10 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     if layout_plan:
         lines.append("Layout: each convolution runs in NCHW or channels-last, cuDNN's heuristic or benchmarked "
                      "algorithm, whichever was measured fastest at its first call (`_tw_conv`).")
+        both = [k.name for k in plan.kernels if layouts.of(k)]
+        if both:
+            lines.append(f"A channels-last result is read as made (no copy back to NCHW) by {', '.join(both)}: "
+                         "each has a second build, `_cl`, for it.")
     if cuda_graph:
         lines += ["CUDA graph (asked for): the fast path is captured at its first call and replayed: inputs are",
                   "copied into the captured buffers and the output is cloned (each call returns a new tensor).",
@@ -543,12 +587,14 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
     blockers = graph_blockers(plan.graph) if cuda_graph else []
     cuda_graph = cuda_graph and not blockers
     inputs = [n for n in plan.graph.nodes if n.op == "input"]
-    cuda = module_source(list(plan.kernels), plan.graph)
-    out = [_header(plan, problem_name, layout_plan, precision, cuda_graph, blockers), "import ctypes", "import hashlib", "import inspect", "",
+    layouts = conv_layouts(plan) if layout_plan else ConvLayouts()
+    cuda = module_source(list(plan.kernels), plan.graph, layouts)
+    out = [_header(plan, problem_name, layout_plan, precision, cuda_graph, blockers, layouts), "import ctypes", "import hashlib", "import inspect", "",
            "import torch", "import torch.nn as nn", "import torch.nn.functional as F", ""]
     out += [s for s in keep if s.strip() and s.strip() not in out]
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, plan.graph).workspace > 0)
               for k in plan.kernels}
+    n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in plan.kernels if layouts.of(k)})
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
     if layout_plan:
         out += ["", CONV_RUNTIME.strip(), ""]
@@ -556,7 +602,7 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
         out += ["", TF32_RUNTIME.strip(), ""]
     if cuda_graph:
         out += ["", GRAPH_RUNTIME.strip(), ""]
-    out += [_wrapper(k, plan.graph) + "\n\n" for k in plan.kernels]
+    out += [_wrapper(k, plan.graph, layouts.of(k)) + "\n\n" for k in plan.kernels]
     out.append("class ModelNew(nn.Module):")
     doc = ast.get_docstring(model)
     if doc:
@@ -571,7 +617,7 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
                        + indent + same_init + "\n")
         elif name != "forward":
             out.append(_method_source(lines, f) + "\n")
-    out += _forward(plan, inputs, signature, layout_plan, precision == "tf32", cuda_graph, bool(same_init))
+    out += _forward(plan, inputs, signature, layout_plan, precision == "tf32", cuda_graph, bool(same_init), layouts)
     out.append("")
     out.append("    # The original forward, for inputs the kernels were not built for.")
     out.append(_method_source(lines, fwd, "_tw_general"))

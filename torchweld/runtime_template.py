@@ -50,9 +50,11 @@ def _tw_fail(kernel, err):
 # NOTE: pasted into files with a convolution. Layout and algorithm planning: each convolution site
 # runs in the memory format (PyTorch's NCHW, or channels-last) and cuDNN mode (heuristic pick, or
 # cudnn.benchmark's measured pick) that was measured fastest for its shape, once per process.
-# The result is converted back to NCHW at once, so every later step sees the original's layout.
+# A result made in another format than the original's is converted to `to` (the captured layout)
+# at once, so every later step sees the original's layout; `to=None` (conv_layout.py: every reader
+# is a kernel with a build for either layout) hands it on as cuDNN made it.
 CONV_RUNTIME = r'''
-def _tw_conv_run(x, w, args, cfg):
+def _tw_conv_run(x, w, args, cfg, to):
     fmt, bench = cfg
     if fmt is not None:
         x = x.contiguous(memory_format=fmt)
@@ -65,19 +67,20 @@ def _tw_conv_run(x, w, args, cfg):
             torch.backends.cudnn.benchmark = was
     else:
         out = torch.convolution(x, w, *args)
-    return out if fmt is None else out.contiguous()
+    return out if fmt is None or to is None else out.contiguous(memory_format=to)
 
 
-def _tw_pick(x, w, args, fmt):
-    """Time each (memory format, cudnn.benchmark) pair as a call is timed in use: the L2 cache flushed
-    first, CUDA events around one call, the pairs interleaved, the median of 7. Keep the default
-    unless another is clearly faster. Returns (pair, median ms of each pair)."""
+def _tw_pick(x, w, args, fmt, to):
+    """Time each (memory format, cudnn.benchmark) pair as a call is timed in use (the conversion to
+    `to` included): the L2 cache flushed first, CUDA events around one call, the pairs interleaved,
+    the median of 7. Keep the default unless another is clearly faster. Returns (pair, median ms of
+    each pair)."""
     configs = [(None, False), (None, True)] + ([(fmt, False), (fmt, True)] if fmt is not None else [])
     if torch.cuda.is_current_stream_capturing():
         return configs[0], []
     packed = [w if f is None else w.contiguous(memory_format=f) for f, _ in configs]
     for cfg, wc in zip(configs, packed):  # warm-up: cudnn.benchmark measures its algorithms on a first call
-        _tw_conv_run(x, wc, args, cfg)
+        _tw_conv_run(x, wc, args, cfg, to)
     l2 = getattr(torch.cuda.get_device_properties(x.device), "L2_cache_size", 0) or 64 << 20
     flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device=x.device)
     times = [[] for _ in configs]
@@ -86,7 +89,7 @@ def _tw_pick(x, w, args, fmt):
             flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            _tw_conv_run(x, wc, args, cfg)
+            _tw_conv_run(x, wc, args, cfg, to)
             end.record()
             end.synchronize()
             times[i].append(start.elapsed_time(end))
@@ -98,24 +101,25 @@ def _tw_pick(x, w, args, fmt):
     return (configs[best] if clear else configs[0]), med
 
 
-def _tw_conv(module, site, x, w, *args):
-    """aten.convolution at one site, in its measured layout; the weight is converted once per
-    version (an in-place update or load_state_dict bumps it) and kept beside the module."""
+def _tw_conv(module, site, x, w, *args, to=torch.contiguous_format):
+    """aten.convolution at one site, in its measured layout, returned in layout `to` (None: as made);
+    the weight is converted once per version (an in-place update or load_state_dict bumps it) and
+    kept beside the module."""
     plans = module.__dict__.setdefault("_tw_conv_plans", {})
     plan = plans.get(site)
     if plan is None:
         fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
-        cfg, measured = _tw_pick(x, w, args, fmt)
+        cfg, measured = _tw_pick(x, w, args, fmt, to)
         plan = plans[site] = [cfg, None, measured]
     cfg, packed = plan[0], plan[1]
     if cfg == (None, False):  # NOTE: the usual pick: PyTorch's own call, nothing around it on the hot path
         return torch.convolution(x, w, *args)
     if cfg[0] is None:
-        return _tw_conv_run(x, w, args, cfg)
+        return _tw_conv_run(x, w, args, cfg, to)
     key = (id(w), w.data_ptr(), w._version)
     if packed is None or packed[0] != key:
         packed = plan[1] = (key, w.contiguous(memory_format=cfg[0]))
-    return _tw_conv_run(x, packed[1], args, cfg)
+    return _tw_conv_run(x, packed[1], args, cfg, to)
 '''
 
 # NOTE: pasted into files compiled with `--precision tf32` only.

@@ -7,6 +7,7 @@ In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written on
 
 Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled here.
 Layout: each convolution runs in NCHW or channels-last, cuDNN's heuristic or benchmarked algorithm, whichever was measured fastest at its first call (`_tw_conv`).
+A channels-last result is read as made (no copy back to NCHW) by k0: each has a second build, `_cl`, for it.
 Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`).
 """
 import ctypes
@@ -99,8 +100,100 @@ extern "C" int tw_launch_k0(const void* in_v4_lib, const void* in_v4_bias, const
   else k0_v1<<<1016064u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v6);
   return (int)cudaGetLastError();
 }
+
+// k0_cl: the channels-last build of k0; fuses 3 ops over (128, 128, 126, 126)
+//   v4 = add(v4_lib, v4_bias)    <- line 13: x = self.conv(x)
+//   v5 = relu(v4)    <- line 14: x = torch.relu(x)
+//   v6 = add(v5, p0)    <- line 15: x = x + self.bias
+__global__ void __launch_bounds__(256) k0_cl_v1(const float* __restrict__ in_v4_lib, const float* __restrict__ in_v4_bias, const float* __restrict__ in_p0, float* __restrict__ out_v6) {
+  __shared__ float s_v4_lib[32][33];
+  const unsigned int q_p = (unsigned int)(blockIdx.x % 497u) * 32u;
+  const unsigned int q_c = (unsigned int)((blockIdx.x / 497u) % 4u) * 32u;
+  const unsigned int q_o = (unsigned int)(blockIdx.x / 1988u);
+  // 1. staged operands, channel fastest
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int e = r * 256 + (int)threadIdx.x, cl = (e % 32), pl = e / 32;
+    const unsigned int c = q_c + cl, p = q_p + pl;
+    if (c < 128u && p < 15876u) {
+      s_v4_lib[cl][pl] = tw_ld(in_v4_lib[q_o * 2032128u + c + p * 128u]);
+    }
+  }
+  __syncthreads();
+  // 2. outputs, position fastest
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int e = r * 256 + (int)threadIdx.x, pl = (e % 32), cl = e / 32;
+    const unsigned int c = q_c + cl, p0 = q_p + pl;
+    if (c < 128u && p0 < 15876u) {
+      const unsigned int i0 = (q_o * 128u + c) * 15876u + p0;
+      tw_vec<float, 1> w_v6;
+#pragma unroll
+      for (int j = 0; j < 1; ++j) {
+        const unsigned int i = i0 + j;
+        const auto v4_lib = s_v4_lib[cl][pl + j];
+        const auto v4_bias = tw_ld(in_v4_bias[((i / 15876u) % 128u)]);
+        const auto p0 = tw_ld(in_p0[((i / 15876u) % 128u)]);
+        const float v4 = (v4_lib + v4_bias);
+        const float v5 = tw_max(v4, 0.0f);
+        const float v6 = (v5 + p0);
+        w_v6.v[j] = tw_st<float>(v6);
+      }
+      *reinterpret_cast<tw_vec<float, 1>*>(out_v6 + i0) = w_v6;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(256) k0_cl_v4(const float* __restrict__ in_v4_lib, const float* __restrict__ in_v4_bias, const float* __restrict__ in_p0, float* __restrict__ out_v6) {
+  __shared__ float s_v4_lib[32][33];
+  const unsigned int q_p = (unsigned int)(blockIdx.x % 497u) * 32u;
+  const unsigned int q_c = (unsigned int)((blockIdx.x / 497u) % 4u) * 32u;
+  const unsigned int q_o = (unsigned int)(blockIdx.x / 1988u);
+  // 1. staged operands, channel fastest
+#pragma unroll
+  for (int r = 0; r < 1; ++r) {
+    const int e = r * 256 + (int)threadIdx.x, cl = (e % 8) * 4, pl = e / 8;
+    const unsigned int c = q_c + cl, p = q_p + pl;
+    if (c < 128u && p < 15876u) {
+      const tw_vec<float, 4> r_v4_lib = *reinterpret_cast<const tw_vec<float, 4>*>(in_v4_lib + q_o * 2032128u + c + p * 128u);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s_v4_lib[cl + j][pl] = tw_ld(r_v4_lib.v[j]);
+    }
+  }
+  __syncthreads();
+  // 2. outputs, position fastest
+#pragma unroll
+  for (int r = 0; r < 1; ++r) {
+    const int e = r * 256 + (int)threadIdx.x, pl = (e % 8) * 4, cl = e / 8;
+    const unsigned int c = q_c + cl, p0 = q_p + pl;
+    if (c < 128u && p0 < 15876u) {
+      const unsigned int i0 = (q_o * 128u + c) * 15876u + p0;
+      const auto r_v4_bias = tw_ld(in_v4_bias[((i0 / 15876u) % 128u)]);
+      const auto r_p0 = tw_ld(in_p0[((i0 / 15876u) % 128u)]);
+      tw_vec<float, 4> w_v6;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        (void)0;
+        const auto v4_lib = s_v4_lib[cl][pl + j];
+        const auto v4_bias = r_v4_bias;
+        const auto p0 = r_p0;
+        const float v4 = (v4_lib + v4_bias);
+        const float v5 = tw_max(v4, 0.0f);
+        const float v6 = (v5 + p0);
+        w_v6.v[j] = tw_st<float>(v6);
+      }
+      *reinterpret_cast<tw_vec<float, 4>*>(out_v6 + i0) = w_v6;
+    }
+  }
+}
+extern "C" int tw_launch_k0_cl(const void* in_v4_lib, const void* in_v4_bias, const void* in_p0, void* out_v6, int vec, void* stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  if (vec) k0_cl_v4<<<254464u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v6);
+  else k0_cl_v1<<<254464u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v6);
+  return (int)cudaGetLastError();
+}
 """
-_KERNEL_ARGS = {'k0': 4}
+_KERNEL_ARGS = {'k0': 4, 'k0_cl': 4}
 
 def _tw_build():
     """Compile _CUDA_SRC once per content hash (load_inline caches it) and open it with ctypes."""
@@ -146,7 +239,7 @@ def _tw_fail(kernel, err):
     raise RuntimeError(f"torchweld {kernel}: CUDA error {err}: {_LIB.tw_error_string(err).decode()}")
 
 
-def _tw_conv_run(x, w, args, cfg):
+def _tw_conv_run(x, w, args, cfg, to):
     fmt, bench = cfg
     if fmt is not None:
         x = x.contiguous(memory_format=fmt)
@@ -159,19 +252,20 @@ def _tw_conv_run(x, w, args, cfg):
             torch.backends.cudnn.benchmark = was
     else:
         out = torch.convolution(x, w, *args)
-    return out if fmt is None else out.contiguous()
+    return out if fmt is None or to is None else out.contiguous(memory_format=to)
 
 
-def _tw_pick(x, w, args, fmt):
-    """Time each (memory format, cudnn.benchmark) pair as a call is timed in use: the L2 cache flushed
-    first, CUDA events around one call, the pairs interleaved, the median of 7. Keep the default
-    unless another is clearly faster. Returns (pair, median ms of each pair)."""
+def _tw_pick(x, w, args, fmt, to):
+    """Time each (memory format, cudnn.benchmark) pair as a call is timed in use (the conversion to
+    `to` included): the L2 cache flushed first, CUDA events around one call, the pairs interleaved,
+    the median of 7. Keep the default unless another is clearly faster. Returns (pair, median ms of
+    each pair)."""
     configs = [(None, False), (None, True)] + ([(fmt, False), (fmt, True)] if fmt is not None else [])
     if torch.cuda.is_current_stream_capturing():
         return configs[0], []
     packed = [w if f is None else w.contiguous(memory_format=f) for f, _ in configs]
     for cfg, wc in zip(configs, packed):  # warm-up: cudnn.benchmark measures its algorithms on a first call
-        _tw_conv_run(x, wc, args, cfg)
+        _tw_conv_run(x, wc, args, cfg, to)
     l2 = getattr(torch.cuda.get_device_properties(x.device), "L2_cache_size", 0) or 64 << 20
     flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device=x.device)
     times = [[] for _ in configs]
@@ -180,7 +274,7 @@ def _tw_pick(x, w, args, fmt):
             flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            _tw_conv_run(x, wc, args, cfg)
+            _tw_conv_run(x, wc, args, cfg, to)
             end.record()
             end.synchronize()
             times[i].append(start.elapsed_time(end))
@@ -192,35 +286,41 @@ def _tw_pick(x, w, args, fmt):
     return (configs[best] if clear else configs[0]), med
 
 
-def _tw_conv(module, site, x, w, *args):
-    """aten.convolution at one site, in its measured layout; the weight is converted once per
-    version (an in-place update or load_state_dict bumps it) and kept beside the module."""
+def _tw_conv(module, site, x, w, *args, to=torch.contiguous_format):
+    """aten.convolution at one site, in its measured layout, returned in layout `to` (None: as made);
+    the weight is converted once per version (an in-place update or load_state_dict bumps it) and
+    kept beside the module."""
     plans = module.__dict__.setdefault("_tw_conv_plans", {})
     plan = plans.get(site)
     if plan is None:
         fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
-        cfg, measured = _tw_pick(x, w, args, fmt)
+        cfg, measured = _tw_pick(x, w, args, fmt, to)
         plan = plans[site] = [cfg, None, measured]
     cfg, packed = plan[0], plan[1]
     if cfg == (None, False):  # NOTE: the usual pick: PyTorch's own call, nothing around it on the hot path
         return torch.convolution(x, w, *args)
     if cfg[0] is None:
-        return _tw_conv_run(x, w, args, cfg)
+        return _tw_conv_run(x, w, args, cfg, to)
     key = (id(w), w.data_ptr(), w._version)
     if packed is None or packed[0] != key:
         packed = plan[1] = (key, w.contiguous(memory_format=cfg[0]))
-    return _tw_conv_run(x, packed[1], args, cfg)
+    return _tw_conv_run(x, packed[1], args, cfg, to)
 
 def _k0(a_v4_lib, a_v4_bias, a_p0):
     """k0: 3 fused ops over (128, 128, 126, 126); see its CUDA source above."""
-    if not a_v4_lib.is_contiguous():
-        a_v4_lib = a_v4_lib.contiguous()
+    cl = a_v4_lib.stride() == (2032128, 1, 16128, 128)
+    if not cl:  # NOTE: the convolution ran NCHW (no copy), or other strides: laid out as captured
+        if not a_v4_lib.is_contiguous():
+            a_v4_lib = a_v4_lib.contiguous()
     if not a_v4_bias.is_contiguous():
         a_v4_bias = a_v4_bias.contiguous()
     if not a_p0.is_contiguous():
         a_p0 = a_p0.contiguous()
     out_v6 = torch.empty_like(a_v4_lib, memory_format=torch.contiguous_format)
-    err = _LIB.tw_launch_k0(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v6.data_ptr(), int(a_v4_lib.data_ptr() % 16 == 0), _tw_stream(a_v4_lib.get_device()))
+    if cl:
+        err = _LIB.tw_launch_k0_cl(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v6.data_ptr(), int(a_v4_lib.data_ptr() % 16 == 0), _tw_stream(a_v4_lib.get_device()))
+    else:
+        err = _LIB.tw_launch_k0(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v6.data_ptr(), int(a_v4_lib.data_ptr() % 16 == 0), _tw_stream(a_v4_lib.get_device()))
     if err:
         _tw_fail('k0', err)
     return out_v6,
@@ -246,7 +346,7 @@ class ModelNew(nn.Module):
                 or p2.dtype != torch.float32 or p2.get_device() != x.get_device()
                 or p0.dtype != torch.float32 or p0.get_device() != x.get_device()):
             return self._tw_general(x)
-        v4_lib = _tw_conv(self, 0, x, p1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)  # library
+        v4_lib = _tw_conv(self, 0, x, p1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, to=None)  # library; channels-last goes on as made
         v6, = _k0(v4_lib, p2, p0)  # v4 = add(v4_lib, v4_bias); v5 = relu(v4); v6 = add(v5, p0)
         return v6
 

@@ -85,6 +85,40 @@ def test_layout_plan_repacks_weights_after_load_state_dict(tmp_path):
         assert torch.allclose(new(*x), other(*x), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("stem", ["conv/conv2d_glu", "conv/conv2d_resnet_downsample_shortcut",
+                                  "conv/conv3d_tanh_scale_bias", "conv_transpose/convt2d_silu_scale",
+                                  "pool/conv2d_relu_maxpool", "lowp/conv2d_silu_bias_fp16"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_conv_outputs_read_in_the_layout_made(stem, channels_last, tmp_path):
+    """Every conv site forced to NCHW or channels-last: the kernels reading them launch their `_cl`
+    build exactly when the conv ran channels-last, and match eager (values and strides), TF32 off."""
+    problem, ref, new = _new_and_ref(ROOT / "problems" / f"{stem}.py", tmp_path)
+    glb = type(new).forward.__globals__
+    glb["_tw_pick"] = lambda x, w, args, fmt, to: ((fmt if channels_last else None, False), [])
+    launched, lib = [], glb["_LIB"]
+
+    class Recording:
+        def __getattr__(self, name):
+            fn = getattr(lib, name)
+            return (lambda *a: launched.append(name) or fn(*a)) if name.startswith("tw_launch_") else fn
+
+    glb["_LIB"] = Recording()
+    was = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False  # NOTE: NCHW and channels-last may pick other algorithms
+    try:
+        x = [t.cuda() for t in problem.inputs()]
+        with torch.no_grad():
+            got, want = new(*x), ref(*x)
+    finally:
+        glb["_LIB"] = lib
+        torch.backends.cudnn.allow_tf32 = was
+    tol = 1e-4 if x[0].dtype == torch.float32 else 1e-2
+    assert got.stride() == want.stride()
+    assert torch.allclose(got.float(), want.float(), atol=tol, rtol=tol), (got.float() - want.float()).abs().max()
+    cl = [name for name in launched if name.endswith("_cl")]
+    assert bool(cl) == channels_last, launched
+
+
 def test_precision_tf32_matches_a_tf32_reference(tmp_path):
     problem, ref, new = _new_and_ref(ROOT / "problems" / "matmul" / "linear_gelu_tanh.py", tmp_path,
                                      precision="tf32")

@@ -94,6 +94,12 @@ def coalesce(shape: tuple, operand_layouts: list[tuple[tuple, tuple]]) -> list[l
     return result
 
 
+def reach(node: Node, stride: tuple | None = None) -> int:
+    """One past the largest element offset `node` is read at (with `stride`, else its captured strides)."""
+    own = own_strides(tuple(node.shape), tuple(node.stride if stride is None else stride))
+    return 1 + sum((size - 1) * st for size, st in zip(node.shape, own))
+
+
 def is_contiguous(node: Node) -> bool:
     return own_strides(node.shape, node.stride) == own_strides(node.shape, ())
 
@@ -147,7 +153,7 @@ def kernel_source(kernel: Kernel, graph: Graph) -> str:
     ops = operands(kernel, graph)
     vec = vector_width(kernel, graph)
     n = prod(kernel.shape)
-    itype = "u" if n < 2**31 else "ull"
+    itype = "u" if max([n] + [reach(nodes[o.name]) for o in ops]) < 2**31 else "ull"  # NOTE: a slice reads past n
     ctype_i = "unsigned int" if itype == "u" else "unsigned long long"
     header = _header(kernel, nodes)
     body = [_kernel(kernel, nodes, ops, v, n, itype, ctype_i) for v in sorted({1, vec})]
@@ -244,11 +250,13 @@ def _blocks(count: int) -> str:
     return f"{(count + THREADS - 1) // THREADS}u"
 
 
-def module_source(kernels: list[Kernel], graph: Graph) -> str:
-    """The whole `.cu` file: prelude, then every kernel with its launcher."""
+def module_source(kernels: list[Kernel], graph: Graph, layouts=None) -> str:
+    """The whole `.cu` file: prelude, then every kernel with its launcher, and its channels-last
+    build where `layouts` (conv_layout.ConvLayouts) lets operands come channels-last."""
     from torchweld.codegen.pool import pool_source
     from torchweld.codegen.depthwise import depthwise_source
     from torchweld.codegen.reduce import REDUCE_PRELUDE, reduce_source
+    from torchweld.codegen.variants import variant_source
 
     lowp = any(n.dtype in ("float16", "bfloat16") for n in graph.nodes)
     prelude = PRELUDE.replace("%(LOWP)s\n", LOWP_PRELUDE if lowp else "")
@@ -260,4 +268,10 @@ def module_source(kernels: list[Kernel], graph: Graph) -> str:
 
         prelude += SCAN_PRELUDE
     source = {"reduce": reduce_source, "pool": pool_source, "depthwise": depthwise_source}
-    return prelude + "\n" + "\n".join(source.get(k.kind, kernel_source)(k, graph) for k in kernels)
+    parts = []
+    for k in kernels:
+        parts.append(source.get(k.kind, kernel_source)(k, graph))
+        alt = layouts.of(k) if layouts is not None else {}
+        if alt:
+            parts.append(variant_source(k, graph, alt))
+    return prelude + "\n" + "\n".join(parts)
