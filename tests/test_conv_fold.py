@@ -4,6 +4,8 @@ the CPU (kernels on the emulator of tests/cuda_emu.py, convolutions in PyTorch) 
 again after load_state_dict and in-place updates of the statistics."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -36,6 +38,7 @@ class Model(nn.Module):
                     m.bias.data.normal_(0, 0.5)
                 m.running_mean.normal_(0, 0.5)
                 m.running_var.uniform_(0.5, 2.0)
+        self.to(torch.{dtype})
         self.eval()
 
     def forward(self, x):
@@ -63,6 +66,9 @@ CASES = {
                                "self.conv(x) * self.gamma / 3.0 - 1.0", (3, 4, 17), 6),
     "dwconv2d_bn_relu6": ("self.conv = nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False)", "self.bn = nn.BatchNorm2d(6)",
                           "F.relu6(self.bn(self.conv(x)))", (2, 6, 9, 10), 6),
+    "dwconv1d_causal_bn_silu": ("self.conv = nn.Conv1d(6, 6, 4, padding=3, groups=6)", "self.bn = nn.BatchNorm1d(6)",
+                                "F.silu(self.bn(self.conv(x)[..., :x.shape[-1]]))", (2, 6, 33), 6),
+    "conv2d_scale_alone": ("self.conv = nn.Conv2d(4, 6, 3, bias=False)", "pass", "self.conv(x) * 0.5", (2, 4, 7, 9), 6),
     "conv2d_bn_residual": ("self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)", "self.bn = nn.BatchNorm2d(4)",
                            "self.bn(self.conv(x)) + x", (2, 4, 8, 8), 4),
 }
@@ -102,6 +108,8 @@ def test_folded_graph_matches_the_captured_one(tmp_path, name):
     (fold,) = _folds(folded)
     assert not any(n.op in ("rsqrt", "sub") for n in folded.nodes)
     assert any(line.startswith("fold_conv_affine:") for line in folded.log)
+    if "causal" in name:  # the crop folds into the depthwise kernel first, then the batch norm into its weights
+        assert any(line.startswith("fold_depthwise_crop:") for line in folded.log)
     state = dict(model.named_parameters()) | dict(model.named_buffers())
     with torch.no_grad():
         want = run_graph(captured, state, [x])
@@ -177,15 +185,17 @@ def test_fp16_batch_norm_call_folds_in_float64_rounded_once():
     assert got.dtype == torch.float16 and torch.allclose(got.float(), ref, atol=1e-2, rtol=1e-2)
 
 
-def test_header_explain_and_state_dict(tmp_path):
-    path, ns = _problem(tmp_path, "conv2d_bn_relu")
-    result = compile_problem(load_problem(path), Options(dump=True))
+def test_header_guard_and_explain(tmp_path):
+    path, _ = _problem(tmp_path, "conv2d_bn_relu")
+    result = compile_problem(load_problem(path))
     src = result.source
-    assert "Folded into convolution weights and biases" in src
-    assert "  v" in src and "batch_norm(self.bn, eval) into self.conv.weight and a bias" in src
+    header = src.split('"""')[1]
+    assert "Folded into convolution weights and biases" in header
+    assert "batch_norm(self.bn, eval) into self.conv.weight and a bias" in header
     assert "_tw_fold(self, " in src and "self._modules['bn'].training is not False" in src
-    assert any("fold_conv_affine" in line for line in result.simplified.log)
-    assert "rsqrt" not in src.split("_CUDA_SRC")[1].split('"""')[0]  # the kernel does no batch norm math
+    assert any(line.startswith("fold_conv_affine: ") for line in result.simplified.log)  # what explain prints
+    cuda = src.split('_CUDA_SRC = r"""')[1].split('"""')[0]
+    assert "__global__" in cuda and "rsqrt" not in cuda  # the kernel does no batch norm math
     alone = compile_problem(load_problem(_problem(tmp_path, "conv2d_bias_bn_alone")[0]))
     assert not alone.plan.kernels and "_k0" not in alone.source  # the convolution writes the result
 
@@ -195,10 +205,16 @@ def _emulated(tmp_path, name: str, pick=None, dtype="float32"):
     choice, forced (the CPU has no CUDA events to time with)."""
     path, ns = _problem(tmp_path, name, dtype)
     new_cls, result = emulated_model(path, tmp_path)
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}
     new_cls.forward.__globals__["_tw_pick"] = lambda x, w, args, f: ((f if pick else None, pick == "bench"), [])
     torch.manual_seed(3)
-    return new_cls, ns["Model"], ns["get_inputs"]()[0], result, fmt
+    return new_cls, ns["Model"], ns["get_inputs"]()[0], result
+
+
+def _reference(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The model's output in fp32 (a copy in fp32 for fp16/bf16 models)."""
+    if x.dtype == torch.float32:
+        return model(x)
+    return copy.deepcopy(model).float()(x.float())
 
 
 def _no_general_path(*args):
@@ -206,13 +222,19 @@ def _no_general_path(*args):
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ not installed")
-@pytest.mark.parametrize("name,pick", [("conv2d_bn_relu", None), ("conv2d_bn_relu", "channels_last"),
-                                       ("conv2d_bias_bn_alone", "channels_last"), ("convt2d_groups_bn_silu", None),
-                                       ("conv3d_bn_plain_scale_shift", "channels_last"),
-                                       ("conv1d_param_scale_div", None), ("dwconv2d_bn_relu6", None),
-                                       ("conv2d_bn_residual", "bench")])
-def test_emitted_file_folds_again_when_a_tensor_changes(tmp_path, name, pick):
-    new_cls, model_cls, x, result, _ = _emulated(tmp_path, name, pick)
+@pytest.mark.parametrize("name,pick,dtype", [
+    ("conv2d_bn_relu", None, "float32"), ("conv2d_bn_relu", "channels_last", "float32"),
+    ("conv2d_bias_bn_alone", "channels_last", "float32"), ("convt2d_groups_bn_silu", None, "float32"),
+    ("conv3d_bn_plain_scale_shift", "channels_last", "float32"), ("conv1d_param_scale_div", None, "float32"),
+    ("dwconv2d_bn_relu6", None, "float32"), ("dwconv1d_causal_bn_silu", None, "float32"),
+    ("conv2d_scale_alone", "channels_last", "float32"),
+    ("conv2d_bn_residual", "bench", "float32"),
+    ("conv2d_bn_relu", None, "float16"), ("convt2d_groups_bn_silu", "channels_last", "bfloat16")])
+def test_emitted_file_folds_again_when_a_tensor_changes(tmp_path, name, pick, dtype):
+    """fp16/bf16: batch norm stays an aten call, folded in float64 and rounded once; the reference
+    then runs in fp32 (the tolerance is the dtype's)."""
+    new_cls, model_cls, x, result = _emulated(tmp_path, name, pick, dtype)
+    tol = 1e-5 if dtype == "float32" else 3e-2
     assert _folds(result.plan.graph)
     torch.manual_seed(0)
     ref = model_cls()
@@ -221,10 +243,11 @@ def test_emitted_file_folds_again_when_a_tensor_changes(tmp_path, name, pick):
     new.load_state_dict(ref.state_dict())
     new._tw_general = _no_general_path
 
-    def check(what):
-        with torch.no_grad():
-            want, got = ref(x), new(x.clone())
-        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), f"{what}: {(got - want).abs().max()}"
+    def check(what, ctx=torch.no_grad):
+        with ctx():
+            want, got = _reference(ref, x), new(x.clone())
+        assert got.dtype == x.dtype and torch.allclose(got.float(), want, atol=tol, rtol=tol), \
+            f"{what}: {(got.float() - want).abs().max()}"
 
     check("first call")
     held = dict(new.__dict__["_tw_folds"])
@@ -244,14 +267,12 @@ def test_emitted_file_folds_again_when_a_tensor_changes(tmp_path, name, pick):
     for m in (ref, new):
         with torch.no_grad():
             m.state_dict()[next(k for k in m.state_dict() if k.endswith("weight"))].add_(0.25)
-    with torch.inference_mode():  # NOTE: the folded tensors are made as ordinary ones, whose versions are readable
-        want, got = ref(x), new(x.clone())
-    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), f"inference mode: {(got - want).abs().max()}"
+    check("in inference mode", torch.inference_mode)  # NOTE: folded tensors are ordinary ones: versions readable
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ not installed")
 def test_training_mode_takes_the_general_path(tmp_path):
-    new_cls, model_cls, x, _, _ = _emulated(tmp_path, "conv2d_bn_relu")
+    new_cls, model_cls, x, _ = _emulated(tmp_path, "conv2d_bn_relu")
     torch.manual_seed(0)
     ref, new = model_cls(), new_cls()
     new.load_state_dict(ref.state_dict())
@@ -263,11 +284,30 @@ def test_training_mode_takes_the_general_path(tmp_path):
     assert torch.equal(new.bn.running_mean, ref.bn.running_mean)
 
 
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+def test_a_model_built_in_inference_mode_folds_on_each_call(tmp_path):
+    """Inference tensors keep no version counter: nothing to key on, so the fold is made again each call."""
+    new_cls, model_cls, x, _ = _emulated(tmp_path, "conv2d_bn_relu")
+    with torch.inference_mode():
+        torch.manual_seed(0)
+        ref, new = model_cls(), new_cls()
+        new.load_state_dict(ref.state_dict())
+        new._tw_general = _no_general_path
+        new(x)
+        ref.bn.running_var.mul_(2.0), new.bn.running_var.mul_(2.0)
+        assert torch.allclose(new(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
 def test_cuda_graph_captures_again_when_a_tensor_changes_in_place(tmp_path):
     path, _ = _problem(tmp_path, "conv2d_bn_relu")
     src = compile_problem(load_problem(path), Options(cuda_graph=True)).source
     assert "_tw_graphed(self, (x,), (p1, p2, p3, p4, p5), self._tw_fast)" in src
     assert "key = tuple((t.data_ptr(), t._version) for t in state)" in src
+    scope = {"torch": torch}
+    exec(src[src.index("def _tw_graphed("):src.index("\n\n\n", src.index("def _tw_graphed("))], scope)
+    with torch.inference_mode():  # inference tensors: no version to see a change by, so no graph either
+        state = (torch.ones(3),)
+        assert torch.equal(scope["_tw_graphed"](nn.Module(), (torch.ones(3),), state, lambda x, p: x + p), 2 * state[0])
 
 
 def test_a_packed_weight_holds_the_weight_it_was_packed_from():
@@ -285,3 +325,21 @@ def test_a_packed_weight_holds_the_weight_it_was_packed_from():
         got = scope["_tw_conv"](module, 0, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
         assert module.__dict__["_tw_conv_plans"][0][1][2] is w
         assert torch.allclose(got, torch.nn.functional.conv2d(x, w, padding=1), atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_mean_after_the_folded_conv_still_moves_inside_it(k):
+    """The fold runs before the reduce rewrites: mean(bn(conv1x1(x))) becomes conv1x1(mean(x)) with the
+    folded weight, its bias added to the (N, C) result."""
+    model = nn.Sequential(nn.Conv2d(3, 4, k), nn.BatchNorm2d(4)).eval()
+    model[1].running_var.uniform_(0.5, 2.0)
+    model[1].running_mean.normal_()
+    x = torch.randn(2, 3, 8, 8)
+    mean = Fn(lambda self, x: self.m(x).mean((2, 3)))
+    mean.m = model
+    captured, folded = _graphs(mean, x)
+    assert _folds(folded) and any(line.startswith("reduce_rewrites:") for line in folded.log)
+    state = dict(mean.named_parameters()) | dict(mean.named_buffers())
+    with torch.no_grad():
+        assert torch.allclose(run_graph(folded, state, [x]), mean(x), atol=1e-5, rtol=1e-5)
+

@@ -117,19 +117,18 @@ def _bn_aten(cur: str, u: Node, conv: Node, nodes: dict, users: dict):
     train = BN_ATEN[u.target]
     if train is not None and u.args[train] is not False:
         return None
-    refs, eps = u.args[1:5], u.args[-1]  # gamma, beta, mean, var: (C,) parameters, or None
-    for r in refs:
-        p = nodes.get(r) if isinstance(r, Ref) else None
-        if (r is not None and (p is None or p.op != "param" or p.dtype not in FLOAT_DTYPES
-                               or tuple(p.shape) != conv.shape[1:2])) or (p is None and r in refs[2:]):
-            return None
-    if not _number(eps, False):
+    gamma, beta, mean, var = u.args[1:5]
+    if mean is None or var is None or not _number(u.args[-1], False):
         return None
+    for r in (gamma, beta, mean, var):  # NOTE: any float dtype: the fold computes in float64
+        p = nodes.get(r) if isinstance(r, Ref) else None
+        if r is not None and (p is None or p.op != "param" or p.dtype not in FLOAT_DTYPES
+                              or tuple(p.shape) != conv.shape[1:2]):
+            return None
     item = _sole_reader(u.name, users, nodes)
     if item is None or item.op != "getitem" or item.args[1] != 0 or item.shape != conv.shape:
         return None
-    g, b, m, v = refs
-    return ("bn", Ref(m), Ref(v), g and Ref(g), b and Ref(b), float(eps)), [u, item]
+    return ("bn", mean, var, gamma, beta, float(u.args[-1])), [u, item]
 
 
 def _affine(cur: str, u: Node, conv: Node, nodes: dict):
@@ -183,7 +182,7 @@ def fold_conv_affine(graph: Graph) -> Graph:
             continue
         w, b, transposed, groups = parts
         W, last = nodes[w], spine[-1]
-        fold = Node(f"{last.name}_fold", FOLD, (w, b, *stages), (), n.dtype, origin=n.origin,
+        fold = Node(f"{last.name}_fold", FOLD, (w, b, *stages), (), "tuple", origin=n.origin,
                     attrs=(("groups", groups), ("transposed", transposed)))
         fw = Node(f"{last.name}_w", "getitem", (Ref(fold.name), 0), W.shape, W.dtype, origin=n.origin, stride=W.stride)
         new = [fold, fw]

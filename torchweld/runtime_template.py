@@ -126,10 +126,13 @@ def _tw_fold(module, site, spec, *ts):
     """A convolution's weight and bias with the per-channel ops after it folded in, made once per
     version and address of every tensor they come from (an in-place update or load_state_dict
     folds again) and kept beside the module."""
-    key = [(id(t), t._version, t.data_ptr()) for t in ts]
+    try:
+        key = [(id(t), t._version, t.data_ptr()) for t in ts]
+    except RuntimeError:  # NOTE: inference tensors (a model built under inference_mode) keep no version: fold each call
+        key = None
     folds = module.__dict__.setdefault("_tw_folds", {})
     held = folds.get(site)
-    if held is None or held[0] != key:
+    if held is None or key is None or held[0] != key:
         # NOTE: never inference tensors (their version is unreadable, and _tw_conv keys on it); ts are
         # held too, so no other tensor takes one of their ids meanwhile.
         with torch.inference_mode(False), torch.no_grad():
@@ -187,7 +190,10 @@ def _tw_graphed(module, inputs, state, fast):
     calls, which build, plan layouts and make the libraries' workspaces), captured again when a
     parameter or buffer has moved or changed in place; each call copies the inputs in, replays, and
     clones the output."""
-    key = tuple((t.data_ptr(), t._version) for t in state)  # NOTE: weights packed or folded at capture go stale
+    try:  # NOTE: with the versions: a weight packed or folded at capture would go stale on an in-place update
+        key = tuple((t.data_ptr(), t._version) for t in state)
+    except RuntimeError:  # inference tensors (a model built under inference_mode) keep no version: no graph
+        return fast(*inputs, *state)
     held = module.__dict__.get("_tw_graph")
     if held is None or held[0] != key:
         for _ in range(2):
