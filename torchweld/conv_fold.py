@@ -5,8 +5,13 @@
 with W'[o] = W[o] * s[o] and b' = b * s + t per output channel o, where `y -> y * s + t` is the chain
 of ops folded: an eval-mode batch norm (s = gamma / sqrt(var + eps), t = beta - mean * s), a product
 or quotient by a nonzero finite number, a product by a per-channel parameter or buffer, and sums or
-differences with a number or a per-channel parameter. The kernel after the convolution then has
-less to do, and where nothing else follows, no kernel is left: the convolution writes the result.
+differences with a number or a per-channel parameter (a chain of sums alone is left as it is).
+Batch norm is matched as capture_norm writes it in fp32 (pointwise) and as the aten call that fp16
+and bf16 data keep. Library convolutions (1d-3d, transposed: output channels are the weight's dim 1
+within each group) take W' and b' as their weight and bias; a depthwise kernel reads them.
+The kernel after the convolution then has less to do, and where nothing else follows no kernel is
+left. NOTE: PyTorch adds a library convolution's bias in a pass of its own, so that pass stays
+where the fold leaves a bias and nothing follows; fold_library_bias moves it into a kernel that does.
 
 W' and b' are not parameters: the state dict stays the original's. The emitted file computes them
 at run time (`_tw_fold` in runtime_template.py), in float64 rounded once to the weight's dtype,
@@ -213,6 +218,24 @@ def describe_stages(stages, nodes: dict) -> str:
         else:
             parts.append(f"{dict(mul='*', div='/', add='+', sub='-')[s[0]]} {name(s[1])}")
     return " -> ".join(parts)
+
+
+def fold_header(graph: Graph) -> list[str]:
+    """The emitted file's header lines that say what was folded, or none."""
+    nodes = graph.by_name()
+    folds = [n for n in graph.nodes if n.op == FOLD]
+    if not folds:
+        return []
+    lines = ["Folded into convolution weights and biases (made at the first call in float64, rounded once, "
+             "made again when a tensor they come from changes; the state dict is the original's):"]
+    for n in folds:
+        w, b, *stages = n.args
+        into = f"self.{nodes[w].target}" + (f" and self.{nodes[b].target}" if b is not None else
+                                           " and a bias" if has_shift(None, stages) else "")
+        lines.append(f"  {n.name.removesuffix('_fold')}: {describe_stages(stages, nodes)} into {into}")
+    if any(s[0] == "bn" for n in folds for s in n.args[2:]):
+        lines.append("  A batch norm folds in eval mode only: in training mode forward runs the original.")
+    return lines
 
 
 def fold_source(name: str, nodes: dict) -> str | None:

@@ -12,7 +12,7 @@ from torchweld.codegen.kernel import (ITEMSIZE, contiguous_strides, is_contiguou
 from torchweld.codegen.pool import memory_order, out_strides
 from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.codegen.reduce import reduce_launch, reduce_traffic
-from torchweld.conv_fold import FOLD, describe_stages, fold_call, fold_source, has_shift
+from torchweld.conv_fold import FOLD, describe_stages, fold_call, fold_header, fold_source
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
@@ -258,7 +258,7 @@ def _kernel_params(plan: Plan) -> list[tuple[str, str]]:
             n = nodes[a]
             if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
                 n = nodes[n.args[0]]
-            if fold_source(n.name, nodes):  # NOTE: a folded weight or bias has its convolution weight's dtype and device
+            if fold_source(n.name, nodes):  # NOTE: a folded tensor has its conv weight's dtype and device
                 n = nodes[fold_source(n.name, nodes)]
             if n.op == "param" and n.name not in (r for r, _ in found):
                 found.append((n.name, names.expr(Ref(n.name))))
@@ -456,15 +456,7 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     if library:
         lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")
         lines += [f"  {n.name} = {n.target}" for n in library]
-    folds = [n for n in graph.nodes if n.op == FOLD]
-    if folds:
-        lines.append("Folded into convolution weights and biases (made at the first call in float64, rounded once, "
-                     "made again when a tensor they come from changes; the state dict is the original's):")
-        lines += [f"  {n.name.removesuffix('_fold')}: {describe_stages(n.args[2:], nodes)} into self.{nodes[n.args[0]].target}"
-                  + (f" and self.{nodes[n.args[1]].target}" if n.args[1] is not None else
-                     " and a bias" if has_shift(None, n.args[2:]) else "") for n in folds]
-        if any(s[0] == "bn" for n in folds for s in n.args[2:]):
-            lines.append("  A batch norm folds in eval mode only: in training mode forward runs the original.")
+    lines += fold_header(graph)
     if other:
         lines.append("Still in PyTorch (not fused by this version; views, which move no data, not listed):")
         lines += [f"  {n.name} = {n.target}" for n in other]
