@@ -185,12 +185,42 @@ def test_cuda_graph_option_states_its_terms_and_refuses_in_place_updates():
     assert "_tw_graphed" not in bn and "CUDA graph: asked for but not used: it updates buffers in place" in bn
 
 
-def test_views_of_parameters_read_only_by_kernels_are_not_made():
-    """`p.view(C, 1, 1)` is the same memory as `p`: the kernel gets `p` and forward makes no view."""
+BN_EVAL = '''"""Batch norm in eval mode after an add: pointwise, its (C,) parameters viewed as (C, 1, 1)."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(8).eval()
+
+    def forward(self, x, y):
+        return torch.relu(self.bn(x + y))
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 5, 5), torch.randn(2, 8, 5, 5)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_views_of_parameters_read_only_by_kernels_are_not_made(tmp_path):
+    """`p.view(C, 1, 1)` is the same memory as `p`: the kernel gets `p` and forward makes no view; so
+    for a folded bias (`_tw_fold`'s result) that the kernel adds."""
+    path = tmp_path / "bn_eval.py"
+    path.write_text(BN_EVAL)
+    src = compile_problem(load_problem(path)).source
+    forward = src[src.index("    def forward"):src.index("    def _tw_general")]
+    assert ".view(" not in forward
+    assert "_k0(p3, p0, x, y, p2, p1)" in forward
     src = _emit(ROOT / "problems" / "conv" / "conv2d_resnet_downsample_shortcut.py")
     forward = src[src.index("    def forward"):src.index("    def _tw_general")]
     assert ".view(" not in forward
-    assert "_k0(p7, p1, v13, p6, p10, p4, v25, p9, p2, p5)" in forward
+    assert "_k0(v15_lib, v15_b, v27_lib, v27_b)" in forward
 
 
 def test_other_constructor_arguments_take_the_general_path(tmp_path):

@@ -209,7 +209,9 @@ def _affine_ok(w, b, shape: tuple) -> bool:
 
 
 def _batch_norm_eval(name, x, w, b, rm, rv, eps, xv, shape, stride, origin) -> list[Node]:
-    """Running statistics make batch norm pointwise, with per-channel operands viewed as (C, 1, ...)."""
+    """Running statistics make batch norm pointwise, with per-channel operands viewed as (C, 1, ...).
+
+    NOTE: conv_fold._bn_pointwise matches these nodes as written here, to fold them into a conv before."""
     c = int(xv.shape[1])
     cshape = (c,) + (1,) * (xv.dim() - 2)
     nodes: list[Node] = []

@@ -13,11 +13,12 @@ from torchweld.codegen.pool import memory_order, out_strides
 from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.codegen.reduce import reduce_launch, reduce_traffic
 from torchweld.codegen.variants import variant_aligned, variant_name
+from torchweld.conv_fold import FOLD, describe_stages, fold_call, fold_header, fold_source
 from torchweld.conv_layout import FORMATS, ConvLayouts, conv_layouts, moved
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
 from torchweld.plan import Kernel, Plan
-from torchweld.runtime_template import CONV_RUNTIME, GRAPH_RUNTIME, RUNTIME, TF32_RUNTIME
+from torchweld.runtime_template import CONV_RUNTIME, FOLD_RUNTIME, GRAPH_RUNTIME, RUNTIME, TF32_RUNTIME
 
 CONV = "aten.convolution.default"
 PRECISIONS = ("fp32", "tf32")
@@ -138,14 +139,14 @@ def _aten_line(n: Node, names: _Names) -> str:
 
 
 def _elided_views(plan: Plan) -> dict[str, Ref]:
-    """Views of a parameter read only by kernels: not made, the kernel reads the parameter's own
-    memory, which is the same (each `.view()` costs about a microsecond per call)."""
+    """Views of a parameter (or a folded bias) read only by kernels: not made, the kernel reads the
+    tensor's own memory, which is the same (each `.view()` costs about a microsecond per call)."""
     graph = plan.graph
     nodes, users = graph.by_name(), graph.users()
     in_kernels = {m for k in plan.kernels for m in k.nodes}
     return {n.name: n.args[0] for n in graph.nodes
             if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref)
-            and nodes[n.args[0]].op == "param" and _stride_spec(n) is None
+            and (nodes[n.args[0]].op == "param" or fold_source(n.args[0], nodes)) and _stride_spec(n) is None
             and _stride_spec(nodes[n.args[0]]) is None and users[n.name]
             and all(u in in_kernels for u in users[n.name])}
 
@@ -165,7 +166,8 @@ def _guard_conditions(plan: Plan, inputs: list[Node], same_init: bool) -> list[s
                   for r, p in _kernel_params(plan)]
         # NOTE: a depthwise kernel is built for its weight's shape (kernel size, channels): another
         # one (a constructor given another kernel_size) takes the general path.
-        conv_state = {nodes[k.anchor].args[1] for k in plan.kernels if k.kind == "depthwise"}
+        conv_state = {fold_source(w, nodes) or w for w in (nodes[k.anchor].args[1] for k in plan.kernels
+                                                             if k.kind == "depthwise")}
         conds += [f"{p}.shape != {tuple(nodes[r].shape)!r}" for r, p in _kernel_params(plan) if r in conv_state]
     conds += [f"{_module_path(m)}.training is not {t}" for m, t in _norm_modes(plan.graph)]
     return conds
@@ -187,7 +189,7 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
     graph = plan.graph
     sites: dict[str, int] = {}  # convolution node -> its layout-planning site
     names = _Names(graph)
-    nodes = graph.by_name()
+    nodes, users = graph.by_name(), graph.users()
     elided = _elided_views(plan)
     used = {elided.get(a, a) for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
                                                                 (nodes[step].inputs() if step in nodes else ()))}
@@ -216,7 +218,11 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
         n = nodes[step]
         if n.op in ("input", "param") or n.name in elided:
             continue
-        if n.op == "getitem":
+        if n.op == FOLD:
+            body.append(f"        {fold_call(n, nodes, users, names.expr)}  # {describe_stages(n.args[2:], nodes)}")
+        elif n.op == "getitem" and nodes[n.args[0]].op == FOLD:
+            continue  # unpacked by the fold's line
+        elif n.op == "getitem":
             body.append(f"        {n.name} = {names.expr(n.args[0])}[{n.args[1]!r}]")
         elif n.op == "aten" and n.target == CONV and layout_plan:
             args = ", ".join(names.expr(a) for a in n.args)
@@ -260,7 +266,8 @@ def graph_blockers(graph: Graph) -> list[str]:
 
 
 def _kernel_params(plan: Plan) -> list[tuple[str, str]]:
-    """(node, expression) for each parameter a kernel reads, directly or through a view (a folded bias)."""
+    """(node, expression) for each parameter a kernel reads, directly or through a view (a bias moved
+    into the kernel), or through a fold (the weight it was folded from)."""
     nodes = plan.graph.by_name()
     names = _Names(plan.graph)
     found = []
@@ -269,6 +276,8 @@ def _kernel_params(plan: Plan) -> list[tuple[str, str]]:
             n = nodes[a]
             if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
                 n = nodes[n.args[0]]
+            if fold_source(n.name, nodes):  # NOTE: a folded tensor has its conv weight's dtype and device
+                n = nodes[fold_source(n.name, nodes)]
             if n.op == "param" and n.name not in (r for r, _ in found):
                 found.append((n.name, names.expr(Ref(n.name))))
     return found
@@ -490,6 +499,7 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     if library:
         lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")
         lines += [f"  {n.name} = {n.target}" for n in library]
+    lines += fold_header(graph)
     if other:
         lines.append("Still in PyTorch (not fused by this version; views, which move no data, not listed):")
         lines += [f"  {n.name} = {n.target}" for n in other]
@@ -508,8 +518,9 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     if cuda_graph:
         lines += ["CUDA graph (asked for): the fast path is captured at its first call and replayed: inputs are",
                   "copied into the captured buffers and the output is cloned (each call returns a new tensor).",
-                  "Terms: parameters are read where they lived at capture (moving one, e.g. .to(), captures",
-                  "again; in-place updates are seen); no other stream may use the captured buffers meanwhile."]
+                  "Terms: parameters are read where they lived at capture (moving one, e.g. .to(), or changing",
+                  "one in place, e.g. load_state_dict, captures again); no other stream may use the captured",
+                  "buffers meanwhile."]
     elif blockers:
         lines.append("CUDA graph: asked for but not used: " + "; ".join(blockers) + ".")
     lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]
@@ -598,6 +609,8 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
     if layout_plan:
         out += ["", CONV_RUNTIME.strip(), ""]
+    if any(n.op == FOLD for n in plan.graph.nodes):
+        out += ["", FOLD_RUNTIME.strip(), ""]
     if precision == "tf32":
         out += ["", TF32_RUNTIME.strip(), ""]
     if cuda_graph:

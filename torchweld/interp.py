@@ -5,7 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from torchweld.codegen.ops import py_lit, torch_expr
+from torchweld.conv_fold import FOLD, fold_spec
 from torchweld.ir import Graph, Ref
+from torchweld.runtime_template import FOLD_RUNTIME
 
 
 def _resolve(target: str):
@@ -13,6 +15,13 @@ def _resolve(target: str):
     for part in target.split("."):
         fn = getattr(fn, part)
     return fn
+
+
+def _fold_make():
+    """The emitted file's own fold (runtime_template.FOLD_RUNTIME), so tests check the code that runs."""
+    scope = {"torch": torch}
+    exec(FOLD_RUNTIME, scope)  # noqa: S102 (our own template)
+    return scope["_tw_fold_make"]
 
 
 def run_graph(graph: Graph, state: dict[str, torch.Tensor], inputs: list, device="cpu"):
@@ -34,6 +43,9 @@ def run_graph(graph: Graph, state: dict[str, torch.Tensor], inputs: list, device
             env[n.name] = next(ordered_inputs)
         elif n.op == "param":
             env[n.name] = state[n.target]
+        elif n.op == FOLD:
+            spec, tensors = fold_spec(n)
+            env[n.name] = _fold_make()(spec, [env[t] for t in tensors])
         elif n.op == "getitem":
             env[n.name] = env[n.args[0]][n.args[1]]
         elif n.op == "aten":

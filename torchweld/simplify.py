@@ -215,6 +215,7 @@ def in_place_update(graph: Graph) -> Graph:
 
 from torchweld.algebra import collect_linear  # noqa: E402  (uses the helpers above)
 
+from torchweld.conv_fold import fold_conv_affine  # noqa: E402
 from torchweld.epilogue import fold_library_bias  # noqa: E402
 from torchweld.window import fold_depthwise_crop  # noqa: E402
 
@@ -222,9 +223,11 @@ from torchweld.reduce_rewrites import reduce_rewrites  # noqa: E402
 
 PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("dead_code", dead_code),
+    ("fold_depthwise_crop", fold_depthwise_crop),  # NOTE: a causal conv's crop first, so the ops after it fold too
+    # NOTE: before the rest: it matches batch norm as capture wrote it, and a reduce rewrite may apply to the folded conv
+    ("fold_conv_affine", fold_conv_affine),
     ("reduce_rewrites", reduce_rewrites),  # NOTE: before fold_library_bias, which would move the bias it reads
     ("fold_library_bias", fold_library_bias),
-    ("fold_depthwise_crop", fold_depthwise_crop),
     ("in_place", in_place_update),
     ("canonical", lambda g: apply_rules(g, [_fill_constants, _identity, _canonical], "rule")),
     ("cse", cse),

@@ -302,8 +302,8 @@ def _tw_conv(module, site, x, w, *args, to=torch.contiguous_format):
     if cfg[0] is None:
         return _tw_conv_run(x, w, args, cfg, to)
     key = (id(w), w.data_ptr(), w._version)
-    if packed is None or packed[0] != key:
-        packed = plan[1] = (key, w.contiguous(memory_format=cfg[0]))
+    if packed is None or packed[0] != key:  # NOTE: w is held, so no later weight (a re-folded one) reuses its id
+        packed = plan[1] = (key, w.contiguous(memory_format=cfg[0]), w)
     return _tw_conv_run(x, packed[1], args, cfg, to)
 
 def _k0(a_v4_lib, a_v4_bias, a_p0):
