@@ -207,7 +207,7 @@ def _emulated(tmp_path, name: str, pick=None, dtype="float32"):
     choice, forced (the CPU has no CUDA events to time with)."""
     path, ns = _problem(tmp_path, name, dtype)
     new_cls, result = emulated_model(path, tmp_path)
-    new_cls.forward.__globals__["_tw_pick"] = lambda x, w, args, f: ((f if pick else None, pick == "bench"), [])
+    new_cls.forward.__globals__["_tw_pick"] = lambda x, w, args, f, to=None: ((f if pick else None, pick == "bench"), [])
     torch.manual_seed(3)
     return new_cls, ns["Model"], ns["get_inputs"]()[0], result
 
@@ -320,7 +320,7 @@ def test_a_packed_weight_holds_the_weight_it_was_packed_from():
 
     scope = {"torch": torch}
     exec(CONV_RUNTIME, scope)
-    scope["_tw_pick"] = lambda x, w, args, fmt: ((fmt, False), [])
+    scope["_tw_pick"] = lambda x, w, args, fmt, to=None: ((fmt, False), [])
     module, x = nn.Module(), torch.randn(2, 3, 6, 6)
     for _ in range(3):
         w = torch.randn(4, 3, 3, 3)
