@@ -222,9 +222,10 @@ class RowGen(_Gen):
     def traffic(self) -> str:
         """How the kernel reads its rows, for the emitted file's header."""
         write = ", one write" if self.row_out else ""
+        chain = f"{len(self.anchors)} reductions of each row in turn, " if len(self.anchors) > 1 else ""
         if self.L.split > 1:
             return f"two reads{write}, each output split over {self.L.split} blocks"
         reads = len(self.anchors) + bool(self.row_out)
         if self.cache or reads == 1:
-            return f"one read{' (kept in registers)' if self.cache else ''}{write}"
-        return f"{reads} reads{write}"
+            return f"{chain}one read{' (kept in registers)' if self.cache else ''}{write}"
+        return f"{chain}{reads} reads{write}"
