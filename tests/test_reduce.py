@@ -52,10 +52,10 @@ def test_reduction_epilogue_on_reduced_shape():
     assert p.kernels[0].outputs[0] != p.kernels[0].anchor
 
 
-def test_broadcast_back_over_row_is_a_second_kernel():
-    """x - mean(x): the mean is a reduce kernel, the subtraction a pointwise kernel over the full shape."""
+def test_broadcast_back_over_row_is_one_kernel():
+    """x - mean(x): the mean's kernel also writes the subtraction, row by row (tests/test_rows.py)."""
     p = kernels(lambda s, x: x - x.mean(dim=-1, keepdim=True), torch.randn(16, 40))
-    assert sorted(k.kind for k in p.kernels) == ["pointwise", "reduce"]
+    assert _kinds(p) == [("reduce", "mean", 2)]
 
 
 def test_prologue_value_needed_elsewhere_is_not_recomputed():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cuda_emu import GXX, emulated_model, write_problem
-from torchweld.codegen.reduce import _Gen
+from torchweld.codegen.reduce import generator
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
 
@@ -92,7 +92,7 @@ def run(tmp_path, exprs: dict, shape: tuple, dtype="float32", vec=True, special=
 
 def layouts(result):
     nodes = result.plan.graph.by_name()
-    return {nodes[k.anchor].op: _Gen(k, nodes).L for k in result.plan.kernels if k.kind == "reduce"}
+    return {nodes[k.anchor].op: generator(k, nodes).L for k in result.plan.kernels if k.kind == "reduce"}
 
 
 @pytest.mark.parametrize("cols,vec", [(37, True), (1024, True), (1024, False)])

@@ -473,7 +473,8 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
     pools = [k for k in plan.kernels if k.kind == "pool"]
     convs = [k for k in plan.kernels if k.kind == "depthwise"]
-    anchored = ([f"{len(reduce)} reductions/norms"] if reduce else []) + ([f"{len(pools)} pools"] if pools else []) + (
+    n_reduce = sum(nodes[m].is_anchor for k in reduce for m in k.nodes)  # a row kernel may chain several
+    anchored = ([f"{n_reduce} reductions/norms"] if reduce else []) + ([f"{len(pools)} pools"] if pools else []) + (
         [f"{len(convs)} depthwise convolution(s)"] if convs else [])
     what = f"{fused} ops ({' and '.join(anchored)} with their pointwise neighbours)" if anchored else (
         f"{fused} pointwise ops")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from torchweld.ir import (AUX, COMPARISONS, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Node, Ref, broadcasts_to,
                           reduce_geometry)
+from torchweld.rows import is_row_kernel, members_ok, row_anchor
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
 NEVER_FUSED = frozenset({"input", "param", "aten", "getitem"})
@@ -144,36 +145,47 @@ def _inline_broadcast_groups(g: _Groups) -> None:
 
 
 def _attach(g: _Groups, anchor: Node) -> None:
-    """Merge an anchor with the groups reading its result, then with the group making its input."""
+    """Merge an anchor with the groups reading its result, then with the group making its input.
+
+    A reduction also takes groups that read its result broadcast back over its rows, and a prologue
+    that holds another reduction of the same rows (rows.py): one kernel then reduces and writes.
+    """
     nodes, users = g.nodes, g.users
     full = anchor.op in ("softmax", "log_softmax", "cumsum", "layer_norm", "group_norm", "instance_norm", "batch_norm")
-    for u in users[anchor.name]:  # a second result (max's values, var_mean's mean) comes from the same kernel
-        if u != "<output>" and nodes[u].op == AUX:
-            g.merge(anchor.name, u)
-    for u in dict.fromkeys(users[anchor.name]):
-        if u == "<output>" or not fusible(nodes[u]):
+    rows = row_anchor(anchor, nodes)
+    aux = [u for u in users[anchor.name] if u != "<output>" and nodes[u].op == AUX]
+    for u in aux:  # a second result (max's values, var_mean's mean) comes from the same kernel
+        g.merge(anchor.name, u)
+    for u in dict.fromkeys(users[anchor.name] + [r for a in aux for r in users[a]]):
+        if u == "<output>" or not fusible(nodes[u]) or g.find(u) == g.find(anchor.name):
             continue
         group = g.members(g.find(u))
-        if any(nodes[m].is_anchor for m in group) or not all(
+        if not any(nodes[m].is_anchor for m in group) and all(
                 broadcasts_to(nodes[m].shape, anchor.shape) for m in group):
-            continue
-        g.merge(anchor.name, u)
+            g.merge(anchor.name, u)
+        elif rows and _rows_ok(g, group | g.members(g.find(anchor.name))):
+            g.merge(anchor.name, u)
     if anchor.op in CONV:
         return  # NOTE: the convolution reads its input tile as stored: no prologue
     x = anchor.args[0]
-    if not isinstance(x, Ref) or x not in nodes or not fusible(nodes[x]):
+    if not isinstance(x, Ref) or x not in nodes or not fusible(nodes[x]) or g.find(x) == g.find(anchor.name):
         return
     prologue = g.members(g.find(x))
     mine = g.members(g.find(anchor.name))
-    aux = {u for u in users[anchor.name] if u != "<output>" and nodes[u].op == AUX}
-    readers_ok = set(prologue) | {anchor.name} | aux | ((mine - {anchor.name}) if full else set())
-    if any(nodes[m].is_anchor for m in prologue):
+    readers_ok = set(prologue) | {anchor.name} | set(aux) | ((mine - {anchor.name}) if full or rows else set())
+    if any(nodes[m].is_anchor for m in prologue) and not (rows and _rows_ok(g, prologue | mine)):
         return
     if anchor.op in POOL and not _worth_recomputing(anchor, [nodes[m] for m in prologue], nodes[x].shape):
         return
     if all(broadcasts_to(nodes[m].shape, nodes[x].shape) for m in prologue) and all(
             u in readers_ok for m in prologue for u in users[m]):
         g.merge(anchor.name, x)
+
+
+def _rows_ok(g: _Groups, members: set[str]) -> bool:
+    """One row kernel could run these members (rows.members_ok), in the graph's order."""
+    order = [n.name for n in g.graph.nodes if n.name in members]
+    return members_ok(order, g.nodes)
 
 
 # Ops a few instructions long: a pool may recompute them for every window that reads an element.
@@ -233,6 +245,11 @@ def _reduce_kernel(name: str, members: list[str], anchor: str, graph: Graph, g: 
     if reduce_geometry(a, x.shape) is None:
         return None
     inputs, outputs = _boundary(members, nodes, g.users)
+    if is_row_kernel(members, nodes):
+        if not members_ok(members, nodes) or any(
+                tuple(nodes[o].shape) not in (tuple(x.shape), tuple(a.shape)) for o in outputs):
+            return None  # NOTE: the planner builds no such group; a guard for the codegen's assumptions
+        return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor)
     before = ancestors_in(anchor, member_set, nodes)
     after = {m for m in member_set - before - {anchor} if nodes[m].op != AUX}
     if a.op in REDUCTION and any(r in before for m in after for r in nodes[m].inputs()):

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Callable
 
 from torchweld.ir import COMPARISONS, FLOAT_DTYPES, Graph, Node, Ref, broadcasts_to, format_node, map_refs
+from torchweld.rows import ROW_OPS
 
 Rewrite = Callable[[Node, "Ctx"], "Node | Ref | None"]
 
@@ -133,6 +134,25 @@ def _fma(n: Node, ctx: Ctx):
     return None
 
 
+_KEEPDIM_VIEWS = frozenset({"aten.unsqueeze.default", "aten.view.default", "aten.reshape.default",
+                            "aten._unsafe_view.default"})
+
+
+def _keepdim_view(n: Node, ctx: Ctx):
+    """x.sum(-1)[:, None] -> x.sum(-1, keepdim=True): a view that only puts the reduced dims back
+    as 1s is the keepdim result (the same values and order), which a row kernel can broadcast."""
+    r = ctx.node(n.args[0]) if n.op == "aten" and n.target in _KEEPDIM_VIEWS and n.args else None
+    if r is None or r.op not in ROW_OPS or r.attr("keepdim") or r.attr("flat") or not ctx.single_use(n.args[0]):
+        return None
+    x = ctx.node(r.args[0])
+    dims = set(r.attr("dims", ()))
+    keep = tuple(1 if d in dims else size for d, size in enumerate(x.shape)) if x is not None else None
+    if keep != tuple(n.shape) or n.dtype != r.dtype:
+        return None
+    attrs = tuple(sorted({**dict(r.attrs), "keepdim": True}.items()))
+    return replace(r, name=n.name, shape=keep, attrs=attrs, stride=n.stride)
+
+
 def apply_rules(graph: Graph, rules: list[Rewrite], name: str) -> Graph:
     """Run local rules to a fixed point; each node's args are resolved through earlier rewrites."""
     for _ in range(8):
@@ -229,7 +249,7 @@ PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("reduce_rewrites", reduce_rewrites),  # NOTE: before fold_library_bias, which would move the bias it reads
     ("fold_library_bias", fold_library_bias),
     ("in_place", in_place_update),
-    ("canonical", lambda g: apply_rules(g, [_fill_constants, _identity, _canonical], "rule")),
+    ("canonical", lambda g: apply_rules(g, [_keepdim_view, _fill_constants, _identity, _canonical], "rule")),
     ("cse", cse),
     ("collect_linear", collect_linear),
     ("canonical2", lambda g: apply_rules(g, [_identity, _canonical], "rule")),

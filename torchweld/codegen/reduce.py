@@ -16,10 +16,11 @@ from math import prod
 
 from torchweld.codegen.kernel import ITEMSIZE, STORAGE, coalesce, compute_type, index_expr, is_contiguous
 from torchweld.codegen.ops import cuda_expr, lit
-from torchweld.codegen.reduce_layout import layout
+from torchweld.codegen.reduce_layout import Layout, layout
 from torchweld.codegen.reduce_stats import Stats, nstats
 from torchweld.ir import Node, Ref, format_node, reduce_geometry
 from torchweld.plan import Kernel, ancestors_in
+from torchweld.rows import is_row_kernel
 
 # Anchors that write a value per element of their input (the rest write one per output).
 FULL = frozenset({"softmax", "log_softmax", "layer_norm", "group_norm", "instance_norm"})
@@ -141,8 +142,10 @@ class _Stage:
         dims = coalesce(tuple(shape), [(n.shape, n.stride)])[0]
         return f"const auto {name} = tw_ld(in_{name}[{index_expr(dims, idx, self.itype)}]);"
 
-    def lines(self, members: list[str], shape: tuple, idx: str, extra: tuple = (), vec: bool = False) -> list[str]:
-        out, loaded = [], set()
+    def lines(self, members: list[str], shape: tuple, idx: str, extra: tuple = (), vec: bool = False,
+              have: frozenset = frozenset()) -> list[str]:
+        """`have`: tensors already in variables of their name (loads skipped)."""
+        out, loaded = [], set(have)
         for m in list(members) + list(extra):
             refs = [m] if m in extra else self.nodes[m].inputs()
             for r in refs:
@@ -188,24 +191,32 @@ class _Gen:
         self.epi = [m for m in k.nodes if m not in pro_set and m != k.anchor and m not in self.aux]
         self.x = a.args[0]
         self.full = a.op in FULL
+        self.rows = False  # reduce_rows.RowGen: a reduction whose kernel also writes per element
         self.itype = "ull" if prod(k.shape) >= 2**31 else "u"
         self.IT = "unsigned long long" if self.itype == "ull" else "unsigned int"
         self.fullsize = [i for i in k.inputs if tuple(nodes[i].shape) == tuple(k.shape) and is_contiguous(nodes[i])]
-        widths = [ITEMSIZE[nodes[n].dtype] for n in self.fullsize + (list(k.outputs) if self.full else [])]
-        # NOTE: the register cache holds only x: an epilogue reading another prologue value re-reads.
-        epi_reads = {r for m in self.epi for r in nodes[m].inputs()}
-        cacheable = not (epi_reads & (pro_set - {self.x}))
-        two_pass = self.full or a.op in ("var", "std")
-        lay = layout(self.O, self.R, self.I, 16 // max(widths) if widths else 1, two_pass)
-        if lay.cache and not cacheable:
-            lay = replace(lay, cache=False)
-        self.L = lay
+        self.L = self.choose_layout(pro_set)
+        lay = self.L
         self.st = _Stage(k, nodes, self.itype, frozenset(self.fullsize) if lay.rm else frozenset())
         self.stats = Stats(a, self.R)
         self.red = f"{lay.nt}, {lay.tx}, {lay.ty}, {'true' if lay.rm else 'false'}"
         self.nout = self.O * self.I
         tracked = a.op == "instance_norm" and isinstance(a.args[3], Ref)
         self.mutable = (a.args[3], a.args[4]) if tracked else ()
+
+    def written(self) -> list[str]:
+        """Outputs with a value per element of the input, stored as vectors by the write loop."""
+        return list(self.k.outputs) if self.full else []
+
+    def choose_layout(self, pro_set: set) -> Layout:
+        nodes = self.nodes
+        widths = [ITEMSIZE[nodes[n].dtype] for n in self.fullsize + self.written()]
+        # NOTE: the register cache holds only x: an epilogue reading another prologue value re-reads.
+        epi_reads = {r for m in self.epi for r in nodes[m].inputs()}
+        cacheable = not (epi_reads & (pro_set - {self.x}))
+        two_pass = self.full or self.a.op in ("var", "std")
+        lay = layout(self.O, self.R, self.I, 16 // max(widths) if widths else 1, two_pass)
+        return replace(lay, cache=False) if lay.cache and not cacheable else lay
 
     # --- pieces -------------------------------------------------------------------------------
 
@@ -402,7 +413,7 @@ class _Gen:
         L = self.L
         aligned = ()
         if L.vec > 1:
-            names = list(self.fullsize) + (list(self.k.outputs) if self.full else [])
+            names = list(self.fullsize) + self.written()
             aligned = tuple((n, ITEMSIZE[self.nodes[n].dtype] * L.vec) for n in names)
         ws = self.nout * L.split * nstats(self.a.op) if L.split > 1 else 0
         return Launch(ws, L.vec, aligned)
@@ -430,7 +441,7 @@ class _Gen:
             go(self.k.name, L.blocks, L.nt)
         else:
             go(self.k.name + "_part", L.blocks, L.nt)
-            if self.full:
+            if self.full or self.rows:
                 go(self.k.name + "_fin", L.blocks, L.nt)
             else:
                 go(self.k.name + "_fin", -(-self.nout // 8), 256, templated=False)
@@ -450,7 +461,14 @@ def reduce_source(k: Kernel, graph) -> str:
         from torchweld.codegen.scan import scan_source
 
         return _header(k, nodes) + scan_source(k, nodes)
-    return _header(k, nodes) + _Gen(k, nodes).source()
+    return _header(k, nodes) + generator(k, nodes).source()
+
+
+def generator(k: Kernel, nodes: dict[str, Node]) -> "_Gen":
+    """The code generator of a reduce kernel: a row kernel (reduce_rows.py) or one anchor's."""
+    from torchweld.codegen.reduce_rows import RowGen  # NOTE: here: it subclasses _Gen
+
+    return RowGen(k, nodes) if is_row_kernel(list(k.nodes), nodes) else _Gen(k, nodes)
 
 
 def reduce_launch(k: Kernel, graph) -> Launch:
@@ -458,7 +476,7 @@ def reduce_launch(k: Kernel, graph) -> Launch:
     nodes = graph.by_name()
     if nodes[k.anchor].op in ("batch_norm", "cumsum"):
         return Launch(0, 1, ())
-    return _Gen(k, nodes).launch()
+    return generator(k, nodes).launch()
 
 
 def reduce_traffic(k: Kernel, graph) -> str:
@@ -469,7 +487,9 @@ def reduce_traffic(k: Kernel, graph) -> str:
         return "two reads, one write"
     if a.op == "cumsum":
         return "one pass"
-    g = _Gen(k, nodes)
+    g = generator(k, nodes)
+    if g.rows:
+        return g.traffic()
     split = f", each output split over {g.L.split} blocks" if g.L.split > 1 else ""
     if not g.full:
         return "one pass" + split

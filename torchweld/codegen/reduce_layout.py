@@ -41,12 +41,14 @@ def pow2ceil(n: int) -> int:
     return p
 
 
-def layout(O: int, R: int, I: int, vec: int = 1, two_pass: bool = False) -> Layout:
-    """The layout of a reduce kernel over [O, R, I]; `two_pass`: it reads each element twice."""
+def layout(O: int, R: int, I: int, vec: int = 1, two_pass: bool = False, ncache: int = 1,
+           split_ok: bool = True) -> Layout:
+    """The layout of a reduce kernel over [O, R, I]; `two_pass`: it reads each element twice, and
+    would keep `ncache` values of each in registers; `split_ok`: a row may span several blocks."""
     if I == 1:
         V = vec if vec > 1 and R % vec == 0 else 1
         split = 1
-        if O < SMS and R >= 8 * 1024 * V:  # few long rows: more blocks than rows
+        if split_ok and O < SMS and R >= 8 * 1024 * V:  # few long rows: more blocks than rows
             split = min(max(2, TARGET // O), R // (4 * 128 * V))
         chunk = -(-R // split)
         chunk = -(-chunk // V) * V
@@ -55,6 +57,10 @@ def layout(O: int, R: int, I: int, vec: int = 1, two_pass: bool = False) -> Layo
         ty = min(1024, pow2ceil(-(-nvec // PER)))
         if split > 1:
             ty = max(ty, 128)
+        elif two_pass and ncache > 1:  # NOTE: more threads a row where that lets every cached value fit
+            fits = [t for t in (ty, 2 * ty, 4 * ty, 8 * ty) if t <= 1024 and
+                    ncache * -(-chunk // (t * V)) * V <= (CACHE if t < 1024 else CACHE // 2)]
+            ty = fits[0] if fits else ty
         tx = max(min(256 // ty, pow2ceil(O)), -(-32 // ty))  # NOTE: whole warps: shuffles name all 32 lanes
         blocks = -(-O // tx) * split
     else:
@@ -63,11 +69,12 @@ def layout(O: int, R: int, I: int, vec: int = 1, two_pass: bool = False) -> Layo
         ty = 256 // tx
         blocks0 = O * -(-I // tx)
         split = 1
-        if blocks0 < SMS and R >= 64 * ty:
+        if split_ok and blocks0 < SMS and R >= 64 * ty:
             split = min(max(2, TARGET // blocks0), R // (8 * ty))
         chunk = -(-R // split)
         split = -(-R // chunk)
         blocks = blocks0 * split
     most = CACHE if tx * ty < 1024 else CACHE // 2  # NOTE: 1024 threads leave 64 registers each
-    cache = two_pass and split == 1 and -(-chunk // ty) <= most and -(-chunk // (ty * V)) * V <= most
+    cache = (two_pass and ncache > 0 and split == 1 and ncache * -(-chunk // ty) <= most
+             and ncache * -(-chunk // (ty * V)) * V <= most)
     return Layout(tx * ty, tx, ty, I == 1, V, split, chunk, cache, blocks)
