@@ -338,9 +338,31 @@ class Worker:
                                                 "another stream")], "timing")
         # Never-seen inputs against already-seen ones, timed in pairs under the same conditions: each pair
         # follows a reference call on the new inputs, so the GPU is busy (clocks up) just before both.
+        found = self.fresh_vs_seen(problem, pair, timer, sets, self.opts.fresh_sets, 701)
+        if found is None:
+            return
+        med, med_seen, n = found
+        t["fresh_ms"], t["seen_ms"] = med, med_seen
+        if med > 1.5 * med_seen + 0.02:
+            # NOTE: a few pairs on a ~0.1 ms problem can differ by chance (one H100 run: 0.309 against 0.190
+            # ms, 3 pairs, an honest file): a second round of new inputs, at least 6 pairs, must agree.
+            med2, seen2, n2 = self.fresh_vs_seen(problem, pair, timer, sets, max(6, 2 * n), 801)
+            t["fresh_ms_again"], t["seen_ms_again"] = med2, seen2
+            if med2 > 1.5 * seen2 + 0.02:
+                self.caught([cheat("input_cache", f"a call on never-seen inputs takes {med:.3f} ms but on "
+                                                  f"already-seen inputs {med_seen:.3f} ms (medians of {n} "
+                                                  f"interleaved pairs; {med2:.3f} against {seen2:.3f} ms in "
+                                                  f"{n2} more): results are cached by input value")], "timing")
+            else:
+                self.r["details"].append(f"never-seen inputs: {med:.3f} against {med_seen:.3f} ms in {n} pairs, "
+                                         f"not confirmed by {n2} more ({med2:.3f} against {seen2:.3f} ms)")
+
+    def fresh_vs_seen(self, problem, pair, timer, sets, n: int, seed0: int):
+        """(median ms on never-seen inputs, median ms on already-seen ones, pairs), or None for n = 0;
+        each never-seen output is checked against the reference too."""
         fresh_sets = []
-        for j in range(self.opts.fresh_sets):
-            torch.manual_seed(self.opts.seed * 1000 + 701 + j)
+        for j in range(n):
+            torch.manual_seed(self.opts.seed * 1000 + seed0 + j)
             fresh_sets.append(to_cuda(problem.inputs()))
         fresh, seen = [], []
         for j, inputs in enumerate(fresh_sets):
@@ -352,14 +374,9 @@ class Worker:
             if v["rel"] is None or v["rel"] > 2e-2 or "NaN" in v["why"]:
                 self.caught([cheat("input_cache", f"wrong on never-seen timing inputs (rel error {v['rel']})")],
                             "timing")
-        if fresh:
-            med, med_seen = statistics.median(fresh), statistics.median(seen)
-            t["fresh_ms"], t["seen_ms"] = med, med_seen
-            if med > 1.5 * med_seen + 0.02:
-                self.caught([cheat("input_cache", f"a call on never-seen inputs takes {med:.3f} ms but on "
-                                                  f"already-seen inputs {med_seen:.3f} ms (medians of "
-                                                  f"{len(fresh)} interleaved pairs): results are cached by input "
-                                                  "value")], "timing")
+        if not fresh:
+            return None
+        return statistics.median(fresh), statistics.median(seen), len(fresh)
 
     def summary(self) -> str:
         n, g, t = len(self.r["correctness"]), len(self.r["generalization"]), self.r["timing"]
