@@ -210,3 +210,14 @@ def reduce_geometry(n: Node, in_shape: tuple) -> tuple[int, int, int] | None:
     if any(in_shape[d] != 1 and d not in dims for d in range(lo, hi + 1)):
         return None
     return prod(in_shape[:lo]), prod(in_shape[d] for d in dims), prod(in_shape[hi + 1:])
+
+
+def ancestors_in(name: str, members: set[str], nodes: dict[str, Node]) -> set[str]:
+    """Members that `name` depends on: a reduce kernel's prologue."""
+    out, stack = set(), [name]
+    while stack:
+        for r in nodes[stack.pop()].inputs():
+            if r in members and r not in out:
+                out.add(r)
+                stack.append(r)
+    return out

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchweld.ir import (AUX, COMPARISONS, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Node, Ref, broadcasts_to,
-                          reduce_geometry)
+from torchweld.ir import (AUX, COMPARISONS, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Node, Ref, ancestors_in,
+                          broadcasts_to, reduce_geometry)
 from torchweld.rows import is_row_kernel, members_ok, row_anchor
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
@@ -283,17 +283,6 @@ def _depthwise_kernel(name: str, members: list[str], anchor: str, g: _Groups) ->
     if tiling(geometry(a, nodes)) is None:
         return None
     return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(a.shape), "depthwise", anchor)
-
-
-def ancestors_in(name: str, members: set[str], nodes: dict[str, Node]) -> set[str]:
-    """Members that `name` depends on: a reduce kernel's prologue."""
-    out, stack = set(), [name]
-    while stack:
-        for r in nodes[stack.pop()].inputs():
-            if r in members and r not in out:
-                out.add(r)
-                stack.append(r)
-    return out
 
 
 def _numel(shape) -> int:

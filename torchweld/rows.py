@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.ir import AUX, REDUCTION, Node, Ref, broadcasts_to, reduce_geometry
+from torchweld.ir import AUX, REDUCTION, Node, Ref, ancestors_in, broadcasts_to, reduce_geometry
 
 # Reductions whose value a row epilogue may read (argmax/argmin give indices).
 ROW_OPS = REDUCTION - {"argmax", "argmin"}
@@ -106,7 +106,7 @@ def is_row_kernel(members: list[str], nodes: dict[str, Node]) -> bool:
         return True
     a = nodes[anchors[0]]
     full = tuple(nodes[a.args[0]].shape)
-    before = _ancestors(a.name, set(members), nodes)
+    before = ancestors_in(a.name, set(members), nodes)
     for m in members:
         if m == a.name or m in before or nodes[m].op == AUX:
             continue
@@ -115,13 +115,3 @@ def is_row_kernel(members: list[str], nodes: dict[str, Node]) -> bool:
         if any(r in before for r in nodes[m].inputs()):
             return True
     return False
-
-
-def _ancestors(name: str, members: set[str], nodes: dict[str, Node]) -> set[str]:
-    out, stack = set(), [name]
-    while stack:
-        for r in nodes[stack.pop()].inputs():
-            if r in members and r not in out:
-                out.add(r)
-                stack.append(r)
-    return out
