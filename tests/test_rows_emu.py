@@ -100,8 +100,8 @@ def run(tmp_path, exprs: dict, shape: tuple, dim: int = -1, dtype: str = "float3
     assert len(names) == len(want) == len(got)
     for name, g, w in zip(names, got, want):
         assert g.shape == w.shape and g.dtype == w.dtype, name
-        ok = torch.allclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True) and torch.equal(
-            g.isnan(), w.isnan())
+        ok = (torch.allclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True)
+              and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf()))  # NOTE: as the GPU test
         if not ok:
             where = (~torch.isclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True)).nonzero()[:3].tolist()
             bad.append(f"{name}: at {where} got {[g[tuple(i)].item() for i in where]} "
@@ -118,6 +118,23 @@ def row_kernels(result) -> list:
             g = generator(k, nodes)
             out.append(([nodes[m].op for m in k.nodes if nodes[m].is_anchor], g.L, getattr(g, "cache", None)))
     return out
+
+
+def not_rows(result) -> list[str]:
+    """Reduce kernels of a ROWS/CHAINS model that are neither row kernels nor a chain's lone reduction.
+
+    NOTE: split rows fuse no chain; standardise's std then runs alone (no prologue, no epilogue: a
+    plain reduce kernel) and the mean's row kernel reads it. Every other reduce kernel is a row kernel.
+    """
+    nodes = result.plan.graph.by_name()
+    bad = []
+    for k in result.plan.kernels:
+        if k.kind != "reduce":
+            continue
+        g = generator(k, nodes)
+        if not (g.rows or (g.L.split > 1 and tuple(k.nodes) == (k.anchor,))):
+            bad.append(f"{k.name}: {nodes[k.anchor].op} of {tuple(k.shape)} with {list(k.nodes)}, split {g.L.split}")
+    return bad
 
 
 @pytest.mark.parametrize("cols,vec", [(37, True), (1024, True), (1000, False)])
@@ -142,15 +159,28 @@ def test_rows_long(tmp_path):
 
 
 def test_rows_split(tmp_path):
-    """3 rows of 33000: one reduction splits over blocks (partials, then a kernel that merges and
-    writes); a chain is not fused there (it could not split) and runs as two row kernels."""
-    exprs = {k: ROWS[k] for k in ("center", "log_softmax", "l2", "min_also_returned", "sum_returned")}
-    exprs |= {k: CHAINS[k] for k in ("softmax", "var_mean")}
-    bad, result = run(tmp_path, exprs, (3, 33000))
+    """3 rows of 33000 (the layout of 6 rows of 100000: 256 threads a row, 16-byte loads, 16 blocks
+    a row): one reduction splits over blocks (partials, then a kernel that merges and writes); a
+    chain is not fused there (it could not split) and runs as two kernels, standardise's std a lone
+    reduction."""
+    bad, result = run(tmp_path, {**ROWS, **CHAINS}, (3, 33000))
     assert not bad, "\n".join(bad)
     kernels = row_kernels(result)
-    assert all(L.split > 1 for _, L, _ in kernels)
+    assert all(L.split > 1 and L.rm and L.vec == 4 and L.tx == 1 for _, L, _ in kernels)
     assert all(len(anchors) == 1 for anchors, _, _ in kernels)
+    assert not not_rows(result), not_rows(result)
+    assert sum(cache is None for _, _, cache in kernels) == 1  # the std
+
+
+@pytest.mark.parametrize("shape,dim", [((512, 40), 0), ((2, 600, 20), 1)])
+def test_columns_split(tmp_path, shape, dim):
+    """Few long columns (as a dim-0 reduction of (1000, 512)): threads along the inner dim, each
+    column split over blocks, the last tile of columns part empty; chains unfused as for split rows."""
+    bad, result = run(tmp_path, {**ROWS, **CHAINS}, shape, dim=dim)
+    assert not bad, "\n".join(bad)
+    kernels = row_kernels(result)
+    assert all(L.split > 1 and not L.rm for _, L, _ in kernels)
+    assert not not_rows(result), not_rows(result)
 
 
 @pytest.mark.parametrize("shape,dim", [((4, 33, 7), 1), ((6, 5, 9), 0), ((3, 40, 70), 1)])
