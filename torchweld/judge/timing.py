@@ -48,6 +48,20 @@ class Timer:
         c.synchronize()
         return c.elapsed_time(s, e), out
 
+    def pair(self, fn, seen, fresh, fresh_first: bool) -> tuple[float, float, object]:
+        """One call on already-seen inputs and one on never-seen ones, each from an idle GPU: (seen ms,
+        fresh ms, the fresh call's output). Work still queued before a call lets the host run ahead,
+        which hides that call's launch overhead: a launch-bound file looked 4x faster on seen inputs,
+        timed right after an unsynchronised reference call, than on fresh ones timed after it."""
+        self.clocks.synchronize()
+        if fresh_first:
+            fresh_ms, out = self.one(fn, fresh)
+            seen_ms, _ = self.one(fn, seen)
+        else:
+            seen_ms, _ = self.one(fn, seen)
+            fresh_ms, out = self.one(fn, fresh)
+        return seen_ms, fresh_ms, out
+
     def median(self, fn, sets: list) -> tuple[float, int, list]:
         """(median ms, runs, last output per input set) over rotating `sets`."""
         r = self.interleaved({"fn": fn}, sets)["fn"]

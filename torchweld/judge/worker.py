@@ -336,8 +336,8 @@ class Worker:
             self.caught([cheat("stream_timing", f"CUDA events on the caller's stream see {ev:.3f} ms but call + "
                                                 f"device-wide synchronize takes {wall:.3f} ms: work runs on "
                                                 "another stream")], "timing")
-        # Never-seen inputs against already-seen ones, timed in pairs under the same conditions: each pair
-        # follows a reference call on the new inputs, so the GPU is busy (clocks up) just before both.
+        # Never-seen inputs against already-seen ones, timed in pairs under the same conditions: each call
+        # starts from an idle GPU, and which of the two goes first alternates.
         found = self.fresh_vs_seen(problem, pair, timer, sets, self.opts.fresh_sets, 701)
         if found is None:
             return
@@ -367,8 +367,8 @@ class Worker:
         fresh, seen = [], []
         for j, inputs in enumerate(fresh_sets):
             expected = pair.ref(*inputs)
-            seen.append(timer.one(pair.cand, sets[j % len(sets)])[0])
-            ms, out = timer.one(pair.cand, inputs)
+            seen_ms, ms, out = timer.pair(pair.cand, sets[j % len(sets)], inputs, fresh_first=j % 2 == 1)
+            seen.append(seen_ms)
             fresh.append(ms)
             v = compare(out, expected, mode="kernelbench")
             if v["rel"] is None or v["rel"] > 2e-2 or "NaN" in v["why"]:
