@@ -17,8 +17,10 @@ from torchweld.conv_fold import FOLD, describe_stages, fold_call, fold_header, f
 from torchweld.conv_layout import FORMATS, ConvLayouts, conv_layouts, moved
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
+from torchweld.lt_epilogue import LtEpilogue, describe_decision, lt_decisions, lt_epilogues
 from torchweld.plan import Kernel, Plan
-from torchweld.runtime_template import CONV_RUNTIME, FOLD_RUNTIME, GRAPH_RUNTIME, RUNTIME, TF32_RUNTIME
+from torchweld.runtime_template import (CONV_RUNTIME, FOLD_RUNTIME, GRAPH_RUNTIME, LT_RUNTIME, RUNTIME, TF32_RUNTIME,
+                                        TIMING_RUNTIME)
 
 CONV = "aten.convolution.default"
 PRECISIONS = ("fp32", "tf32")
@@ -191,6 +193,8 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
     names = _Names(graph)
     nodes, users = graph.by_name(), graph.users()
     elided = _elided_views(plan)
+    lt = lt_epilogues(plan)
+    in_lt = {m for e in lt.values() for m in (e.gemm, *e.views)}  # made inside `_lt_<kernel>`
     used = {elided.get(a, a) for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
                                                                 (nodes[step].inputs() if step in nodes else ()))}
     state = [n for n in graph.nodes if n.op == "param" and n.name in used]
@@ -209,6 +213,12 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
         body.append(f"        _dev = {tensors[0].target}.device" if tensors else "        _dev = torch.device('cuda')")
     for step in plan.steps:
         k = plan.kernel(step)
+        if k is not None and k.name in lt:
+            e = lt[k.name]
+            args = ", ".join(_lt_params(e, names, elided))
+            body.append(f"        {k.outputs[0]} = _tw_lt(self, {k.name!r}, _lt_{k.name}, {args})"
+                        f"  # library: cuBLASLt's {e.epilogue} epilogue or {e.gemm} then {k.name}, the faster")
+            continue
         if k is not None:
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
             args = ", ".join(names.expr(Ref(elided.get(a, a))) for a in k.inputs)
@@ -216,7 +226,7 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
             body.append(f"        {outs} = _{k.name}({args})  # {ops}")
             continue
         n = nodes[step]
-        if n.op in ("input", "param") or n.name in elided:
+        if n.op in ("input", "param") or n.name in elided or n.name in in_lt:
             continue
         if n.op == FOLD:
             body.append(f"        {fold_call(n, nodes, users, names.expr)}  # {describe_stages(n.args[2:], nodes)}")
@@ -455,6 +465,32 @@ def _wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple] | None = None) -> st
     return "\n".join(lines)
 
 
+def _lt_params(e: LtEpilogue, names: _Names, elided: dict) -> list[str]:
+    """The names `_lt_<kernel>` takes: the GEMM's matrices and the bias, as forward names them."""
+    return list(dict.fromkeys(names.expr(Ref(elided.get(a, a))) for a in (e.mat1, e.mat2, e.bias)))
+
+
+def _lt_function(e: LtEpilogue, k: Kernel, graph: Graph, elided: dict) -> str:
+    """`_lt_<kernel>(lt, ...)`: the GEMM and kernel `k`, or (lt) one torch._addmm_activation call."""
+    nodes, names = graph.by_name(), _Names(graph)
+    views = [_aten_line(nodes[v], names) for v in e.views]
+    last = e.views[-1] if e.views else e.gemm
+    kernel_args = ", ".join(names.expr(Ref(elided.get(a, a))) for a in k.inputs)
+    ops = ", ".join(nodes[m].op for m in k.nodes)
+    gemm = nodes[e.gemm].target.split(".")[1]
+    return "\n".join([
+        f"def _lt_{k.name}(lt, {', '.join(_lt_params(e, names, elided))}):",
+        f'    """{e.gemm} = {gemm} then {k.name} ({ops}); if `lt`, one call: the bias and activation in cuBLASLt\'s '
+        f'{e.epilogue} epilogue."""',
+        "    if lt:",
+        f"        {e.gemm} = {e.call(lambda a: names.expr(Ref(elided.get(a, a))))}",
+        *["        " + line for line in views],
+        f"        return {last}",
+        f"    {_aten_line(nodes[e.gemm], names)}",
+        *["    " + line for line in views],
+        f"    return _{k.name}({kernel_args})[0]"])
+
+
 def _stride_spec(n: Node):
     """None for contiguous values, else the captured strides the kernel indexes with."""
     return None if is_contiguous(n) else tuple(n.stride)
@@ -500,12 +536,17 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
     if library:
         lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")
         lines += [f"  {n.name} = {n.target}" for n in library]
+    decisions = lt_decisions(plan)
+    if decisions:
+        lines.append("cuBLASLt epilogues (bias and activation in the GEMM; `_tw_lt` times each one offered against "
+                     "the GEMM then its kernel, once per device):")
+        lines += [f"  {k}: {describe_decision(d)}" for k, d in decisions.items()]
     lines += fold_header(graph)
     if other:
         lines.append("Still in PyTorch (not fused by this version; views, which move no data, not listed):")
         lines += [f"  {n.name} = {n.target}" for n in other]
     if precision == "tf32":
-        lines += ["", "Precision: tf32 (asked for): cuBLAS and cuDNN may use TF32 matrix units for fp32 data;",
+        lines += ["", "Precision: tf32 (asked for): cuBLAS (cuBLASLt too) and cuDNN may use TF32 matrix units for fp32 data;",
                   "fused kernels compute in fp32 (fp16/bf16 data too)."]
     else:
         lines += ["", "Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled here."]
@@ -608,8 +649,13 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
               for k in plan.kernels}
     n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in plan.kernels if layouts.of(k)})
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
+    lt = lt_epilogues(plan)
+    if layout_plan or lt:
+        out += ["", TIMING_RUNTIME.strip(), ""]
     if layout_plan:
         out += ["", CONV_RUNTIME.strip(), ""]
+    if lt:
+        out += ["", LT_RUNTIME.strip(), ""]
     if any(n.op == FOLD for n in plan.graph.nodes):
         out += ["", FOLD_RUNTIME.strip(), ""]
     if precision == "tf32":
@@ -617,6 +663,7 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
     if cuda_graph:
         out += ["", GRAPH_RUNTIME.strip(), ""]
     out += [_wrapper(k, plan.graph, layouts.of(k)) + "\n\n" for k in plan.kernels]
+    out += [_lt_function(e, plan.kernel(name), plan.graph, _elided_views(plan)) + "\n\n" for name, e in lt.items()]
     out.append("class ModelNew(nn.Module):")
     doc = ast.get_docstring(model)
     if doc:

@@ -318,8 +318,10 @@ def _schedule(graph: Graph, unit_of: dict[str, str]) -> tuple[str, ...]:
 def describe(plan_: Plan) -> str:
     """The plan as Python: library calls as they are, each kernel as one call, ops underneath."""
     from torchweld.ir import format_node
+    from torchweld.lt_epilogue import describe_decision, lt_decisions
 
     nodes = plan_.graph.by_name()
+    lt = lt_decisions(plan_)
     lines = ["def forward(...):"]
     for step in plan_.steps:
         k = plan_.kernel(step)
@@ -335,6 +337,8 @@ def describe(plan_: Plan) -> str:
                      f"  # fused: {len(k.nodes)} ops over {shape}")
         for m in k.nodes:
             lines.append("        # " + format_node(nodes[m]).split("  #")[0])
+        if k.name in lt:
+            lines.append("        # " + describe_decision(lt[k.name]))
     outs = ", ".join(plan_.graph.outputs)
     lines.append(f"    return {outs}")
     return "\n".join(lines)

@@ -47,6 +47,30 @@ def _tw_fail(kernel, err):
     raise RuntimeError(f"torchweld {kernel}: CUDA error {err}: {_LIB.tw_error_string(err).decode()}")
 '''
 
+# NOTE: pasted into files that choose between ways of running a step by timing them at its first
+# call: a convolution's layout (CONV_RUNTIME), a cuBLASLt epilogue (LT_RUNTIME).
+TIMING_RUNTIME = r'''
+def _tw_time(calls, device):
+    """Median ms of each call in `calls` (functions of no argument), timed as a call is timed in
+    use: one warm-up call each, then the L2 cache flushed before each, CUDA events around one call,
+    the calls interleaved, the median of 7."""
+    for call in calls:
+        call()
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20
+    flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
+    times = [[] for _ in calls]
+    for _ in range(7):
+        for i, call in enumerate(calls):
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            times[i].append(start.elapsed_time(end))
+    return [sorted(t)[len(t) // 2] for t in times]
+'''
+
 # NOTE: pasted into files with a convolution. Layout and algorithm planning: each convolution site
 # runs in the memory format (PyTorch's NCHW, or channels-last) and cuDNN mode (heuristic pick, or
 # cudnn.benchmark's measured pick) that was measured fastest for its shape, once per process.
@@ -71,29 +95,15 @@ def _tw_conv_run(x, w, args, cfg, to):
 
 
 def _tw_pick(x, w, args, fmt, to):
-    """Time each (memory format, cudnn.benchmark) pair as a call is timed in use (the conversion to
-    `to` included): the L2 cache flushed first, CUDA events around one call, the pairs interleaved,
-    the median of 7. Keep the default unless another is clearly faster. Returns (pair, median ms of
-    each pair)."""
+    """Time each (memory format, cudnn.benchmark) pair with `_tw_time`, the conversion to `to`
+    included (its warm-up call lets cudnn.benchmark measure its algorithms). Keep the default unless
+    another is clearly faster. Returns (pair, median ms of each pair)."""
     configs = [(None, False), (None, True)] + ([(fmt, False), (fmt, True)] if fmt is not None else [])
     if torch.cuda.is_current_stream_capturing():
         return configs[0], []
     packed = [w if f is None else w.contiguous(memory_format=f) for f, _ in configs]
-    for cfg, wc in zip(configs, packed):  # warm-up: cudnn.benchmark measures its algorithms on a first call
-        _tw_conv_run(x, wc, args, cfg, to)
-    l2 = getattr(torch.cuda.get_device_properties(x.device), "L2_cache_size", 0) or 64 << 20
-    flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device=x.device)
-    times = [[] for _ in configs]
-    for _ in range(7):
-        for i, (cfg, wc) in enumerate(zip(configs, packed)):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            _tw_conv_run(x, wc, args, cfg, to)
-            end.record()
-            end.synchronize()
-            times[i].append(start.elapsed_time(end))
-    med = [sorted(t)[len(t) // 2] for t in times]
+    med = _tw_time([lambda cfg=cfg, wc=wc: _tw_conv_run(x, wc, args, cfg, to) for cfg, wc in zip(configs, packed)],
+                   x.device)
     best = min(range(len(configs)), key=med.__getitem__)
     # NOTE: a gain must be clear (10% and 20 us): a pair that wins by less on this measurement was
     # seen to lose it in use (cudnn.benchmark's picks can launch more kernels).
@@ -216,4 +226,30 @@ def _tw_graphed(module, inputs, state, fast):
     if isinstance(static_out, tuple):
         return tuple(o.clone() for o in static_out)
     return static_out.clone()
+'''
+
+# NOTE: pasted into files with a kernel that may run as a cuBLASLt epilogue (lt_epilogue.py). Each
+# such kernel has a function `fn(lt, *args)`: lt=True runs torch._addmm_activation, False the GEMM
+# then the kernel. Both run under the same TF32 flags (the fast path's), timing included.
+LT_RUNTIME = r'''
+def _tw_lt(module, site, fn, *args):
+    """`fn(lt, *args)`, lt chosen once per site and device at its first call (`_tw_lt_pick`) and
+    kept beside the module."""
+    plans = module.__dict__.setdefault("_tw_lt_plans", {})
+    key = (site, args[0].get_device())
+    plan = plans.get(key)
+    if plan is None:
+        plan = plans[key] = _tw_lt_pick(fn, args)
+    return fn(plan[0], *args)
+
+
+def _tw_lt_pick(fn, args):
+    """(lt, median ms of [the epilogue, the GEMM then our kernel]): the epilogue where it was measured
+    faster. Where ATen falls back to addmm and a separate activation, it is the slower one.
+
+    NOTE: never off CUDA: there torch._addmm_activation's GELU is the exact (erf) form, not tanh."""
+    if not args[0].is_cuda or torch.cuda.is_current_stream_capturing():
+        return False, []
+    med = _tw_time([lambda: fn(True, *args), lambda: fn(False, *args)], args[0].device)
+    return med[0] < med[1], med
 '''

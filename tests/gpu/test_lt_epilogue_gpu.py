@@ -1,0 +1,84 @@
+"""On a GPU: kernels after a GEMM that may run as a cuBLASLt epilogue (torchweld/lt_epilogue.py).
+Each file matches eager on fresh inputs whichever way `_tw_lt` measured faster (the choice and both
+times are recorded), and with each way forced; the epilogue itself is within fp32 rounding of the
+reference, and runs under the file's TF32 flags with --precision tf32."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchweld.firstcheck import compare, fp32_mode
+from torchweld.lt_epilogue import lt_epilogues
+from torchweld.pipeline import Options, compile_problem
+from torchweld.problem import load_module, load_problem
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEMS = [ROOT / "problems" / f"{stem}.py" for stem in (
+    "matmul/linear_relu", "matmul/mlp3d_gelu_tanh_relu", "lowp/linear_gelu_tanh_bf16", "matmul/linear_gelu_tanh")]
+
+
+def _load(problem_path: Path, tmp_path: Path, **options):
+    """(problem, eager model, ModelNew with its weights, the kernels that may run as an epilogue)."""
+    problem = load_problem(problem_path)
+    result = compile_problem(problem, Options(**options))
+    path = tmp_path / f"{problem_path.stem}_new.py"
+    path.write_text(result.source)
+    module = load_module(path, path.read_text(), prefix="tw_gpu_lt")
+    ref = problem.build_model(0).cuda()
+    new = module.ModelNew(*problem.init_inputs()).cuda()
+    new.load_state_dict(ref.state_dict())
+    return problem, ref, new, lt_epilogues(result.plan)
+
+
+def _inputs(problem, seed: int) -> list:
+    torch.manual_seed(seed)
+    return [t.cuda() for t in problem.inputs()]
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_matches_eager_as_measured_and_forced(path, tmp_path, record_property):
+    problem, ref, new, sites = _load(path, tmp_path)
+    assert sites, "the compiler no longer offers this problem a cuBLASLt epilogue"
+    dev = torch.cuda.current_device()
+    with fp32_mode(False), torch.no_grad():
+        for trial in range(3):
+            x = _inputs(problem, 2000 + trial)
+            ok, max_abs, rel, why = compare(new(*x), ref(*x))
+            assert ok, f"trial {trial} (as measured): {why}"
+        plans = new._tw_lt_plans
+        assert set(plans) == {(k, dev) for k in sites}
+        for (kernel, _), (lt, med) in plans.items():  # chosen or rejected by measurement, not by default
+            assert len(med) == 2 and min(med) > 0 and lt == (med[0] < med[1]), (kernel, lt, med)
+        choice = {k: f"{'epilogue' if lt else 'GEMM + kernel'} (ms: epilogue {med[0]:.4f}, ours {med[1]:.4f})"
+                  for (k, _), (lt, med) in plans.items()}
+        record_property("lt_choice", choice)
+        print(f"\n{path.stem}: {choice}")
+        for forced in (True, False):
+            for key in plans:
+                plans[key] = (forced, [])
+            x = _inputs(problem, 3000)
+            ok, max_abs, rel, why = compare(new(*x), want := ref(*x))
+            record_property(f"forced_{forced}_rel_error", rel)
+            assert ok, f"forced lt={forced}: {why}"
+            if forced and want.dtype == torch.float32:
+                # NOTE: the epilogue's GELU must be the reference's tanh GELU to fp32 rounding; a coarser
+                # tanh (e.g. an approximate instruction) shows here as a relative error near 1e-4.
+                assert rel < 1e-5, f"the cuBLASLt epilogue is {rel:.2e} off eager in strict fp32"
+
+
+def test_epilogue_runs_under_precision_tf32(tmp_path):
+    """Compiled with --precision tf32, the epilogue's GEMM uses TF32 (its error against strict fp32 is
+    TF32's, not fp32 rounding's) and the flags are put back after the call."""
+    problem, ref, new, sites = _load(ROOT / "problems" / "matmul" / "linear_relu.py", tmp_path, precision="tf32")
+    with fp32_mode(False), torch.no_grad():
+        new._tw_lt_plans = {(k, torch.cuda.current_device()): (True, []) for k in sites}
+        x = _inputs(problem, 4000)
+        got, strict = new(*x), ref(*x)
+        assert not torch.backends.cuda.matmul.allow_tf32
+    ok, max_abs, rel, why = compare(got, strict, {torch.float32: 1e-2})
+    assert ok, why
+    assert rel > 1e-5, f"relative error {rel:.2e} against strict fp32: TF32 was not used"
