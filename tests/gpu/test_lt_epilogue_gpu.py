@@ -17,8 +17,39 @@ from torchweld.problem import load_module, load_problem
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBLEMS = [ROOT / "problems" / f"{stem}.py" for stem in (
-    "matmul/linear_relu", "matmul/mlp3d_gelu_tanh_relu", "lowp/linear_gelu_tanh_bf16", "matmul/linear_gelu_tanh")]
+MLP3D = ROOT / "problems" / "matmul" / "mlp3d_gelu_tanh_relu.py"  # k0 (tanh GELU) stays ours, k1 (ReLU) offered
+# NOTE: a file whose every kernel could be an epilogue keeps its first one ours; with ReLU first, the
+# tanh GELU (the epilogue whose fp32 fidelity is in question) is the one offered.
+RELU_THEN_GELU = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(1024, 4096)
+        self.down = nn.Linear(4096, 1024)
+
+    def forward(self, x):
+        return F.gelu(self.down(torch.relu(self.up(x))), approximate="tanh")
+
+
+def get_inputs():
+    return [torch.randn(512, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+SINGLE_SITE = [ROOT / "problems" / f"{stem}.py" for stem in (
+    "matmul/linear_relu", "lowp/linear_gelu_tanh_bf16", "matmul/linear_gelu_tanh")]
+
+
+def _problems(tmp_path: Path) -> list[Path]:
+    path = tmp_path / "relu_then_gelu_tanh.py"
+    path.write_text(RELU_THEN_GELU)
+    return [MLP3D, path]
 
 
 def _load(problem_path: Path, tmp_path: Path, **options):
@@ -39,8 +70,9 @@ def _inputs(problem, seed: int) -> list:
     return [t.cuda() for t in problem.inputs()]
 
 
-@pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_matches_eager_as_measured_and_forced(path, tmp_path, record_property):
+@pytest.mark.parametrize("which", [0, 1], ids=["mlp3d_gelu_tanh_relu", "relu_then_gelu_tanh"])
+def test_matches_eager_as_measured_and_forced(which, tmp_path, record_property):
+    path = _problems(tmp_path)[which]
     problem, ref, new, sites = _load(path, tmp_path)
     assert sites, "the compiler no longer offers this problem a cuBLASLt epilogue"
     dev = torch.cuda.current_device()
@@ -73,7 +105,7 @@ def test_matches_eager_as_measured_and_forced(path, tmp_path, record_property):
 def test_epilogue_runs_under_precision_tf32(tmp_path):
     """Compiled with --precision tf32, the epilogue's GEMM uses TF32 (its error against strict fp32 is
     TF32's, not fp32 rounding's) and the flags are put back after the call."""
-    problem, ref, new, sites = _load(ROOT / "problems" / "matmul" / "linear_relu.py", tmp_path, precision="tf32")
+    problem, ref, new, sites = _load(MLP3D, tmp_path, precision="tf32")
     with fp32_mode(False), torch.no_grad():
         new._tw_lt_plans = {(k, torch.cuda.current_device()): (True, []) for k in sites}
         x = _inputs(problem, 4000)
@@ -82,3 +114,14 @@ def test_epilogue_runs_under_precision_tf32(tmp_path):
     ok, max_abs, rel, why = compare(got, strict, {torch.float32: 1e-2})
     assert ok, why
     assert rel > 1e-5, f"relative error {rel:.2e} against strict fp32: TF32 was not used"
+
+
+@pytest.mark.parametrize("path", SINGLE_SITE, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_single_site_files_run_their_own_kernel(path, tmp_path):
+    """Offered nothing (the judge flags a forward of library calls alone), and right against eager."""
+    problem, ref, new, sites = _load(path, tmp_path)
+    assert not sites
+    with fp32_mode(False), torch.no_grad():
+        x = _inputs(problem, 5000)
+        ok, max_abs, rel, why = compare(new(*x), ref(*x))
+        assert ok, why
