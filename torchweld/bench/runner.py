@@ -122,7 +122,7 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
     resumed = len(tasks) - len(todo)
     meta = run_meta(opts, out, slots, resumed)
     job = Job(out=out, timeout=opts.timeout, check=check, compile_fn=compile_fn, judge=opts.judge,
-              gpu_lock=opts.per_gpu > 1)
+              gpu_lock=opts.per_gpu > 1, quiet=len(slots) > 1)
     _say(console, f"torchweld bench: {len(tasks)} problems, {len(todo)} to judge ({resumed} resumed), "
                   f"{len(slots)} worker(s); results in {out}")
     interrupted = False

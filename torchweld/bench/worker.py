@@ -36,6 +36,7 @@ class Job:
     compile_fn: Callable | None = None  # None: torchweld.pipeline.compile_file
     judge: tuple = ()  # (name, value) overrides of the judge's options
     gpu_lock: bool = False  # several workers share a GPU: each judge takes its lock for the GPU work
+    quiet: bool = False  # several judges at once: the one timing pauses the others (judge/quiet.py)
 
 
 def blank_result(task: Task, outcome: str, message: str, details: list[str] | None = None) -> dict:
@@ -131,6 +132,10 @@ def worker_main(worker: int, gpu: str | None, tasks, conn, job: Job) -> None:
         lock = job.out / "locks" / f"gpu{gpu if gpu is not None else ''}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
         os.environ["TORCHWELD_GPU_LOCK"] = str(lock)
+    if job.quiet:  # read by the judge's worker process (torchweld.judge.quiet)
+        judges = job.out / "locks" / "judges"
+        judges.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHWELD_JUDGES_DIR"] = str(judges)
     # The judge runs each candidate in a session of its own, which our group kill cannot reach:
     # on SIGTERM take every descendant down first, so nothing keeps running on the GPU.
     signal.signal(signal.SIGTERM, _die_with_descendants)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torchweld
 from torchweld.judge.extract import CandidateError, load_candidate
+from torchweld.judge import quiet
 from torchweld.judge.options import CheckOptions
 from torchweld.judge.static import scan
 from torchweld.problem import ProblemError, load_problem
@@ -89,6 +90,7 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
                 timed_out = True
                 os.killpg(proc.pid, signal.SIGKILL)
                 rc = proc.wait()
+        quiet.judge_ended(proc.pid)
         try:
             part = json.loads(result_path.read_text())
         except (OSError, ValueError):
