@@ -12,6 +12,8 @@ from torchweld.ir import NORM, POINTWISE, POOL, REDUCTION, ROWWISE, Graph, Node,
 
 FUSES_A_PROLOGUE = POINTWISE | REDUCTION | ROWWISE | NORM | POOL
 VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+# GEMMs that take a bias (scaled by beta, the product by alpha), and the GEMM without it.
+SCALED_GEMMS = {"aten.addmm.default": "aten.mm.default", "aten.baddbmm.default": "aten.bmm.default"}
 
 
 def _readers_fuse(name: str, users: dict, nodes: dict) -> bool:
@@ -38,30 +40,58 @@ def fold_library_bias(graph: Graph) -> Graph:
             out += [lib, view, replace(n, op="add", args=(Ref(lib.name), Ref(view.name)), target="", attrs=())]
             log.append(f"fold_library_bias: {n.name} = convolution(bias=None) + {n.args[2]}  (bias joins the next kernel)")
             continue
-        if n.op == "aten" and n.target == "aten.addmm.default" and not n.attrs and isinstance(n.args[0], Ref):
+        if n.op == "aten" and n.target in SCALED_GEMMS and isinstance(n.args[0], Ref) and n.attr("beta", 1) != 0:
             bias = nodes[n.args[0]]
-            chain = _view_chain(n, users, nodes)
+            chain = _view_chain(n, users, nodes) if n.target == "aten.addmm.default" else [n]
             # NOTE: fp32/fp64 only: in fp16/bf16 the product would round once before the bias instead
             # of after it, a difference a following norm magnifies past the dtype's tolerance.
-            if len(bias.shape) == 1 and bias.dtype == n.dtype and n.dtype in ("float32", "float64") \
-                    and _readers_fuse(chain[-1].name, users, nodes):
+            if bias.dtype == n.dtype and n.dtype in ("float32", "float64") and _readers_fuse(chain[-1].name, users, nodes) \
+                    and (len(bias.shape) == 1 or chain[-1] is n and _broadcasts(bias.shape, n.shape)):
                 last = chain[-1]
-                mm = replace(n, target="aten.mm.default", args=(n.args[1], n.args[2]))
+                gemm = replace(n, target=SCALED_GEMMS[n.target], args=(n.args[1], n.args[2]), attrs=())
                 if last is n:
-                    mm = replace(mm, name=f"{n.name}_lib")
-                    out += [mm, replace(n, op="add", args=(Ref(mm.name), Ref(bias.name)), target="", attrs=())]
+                    gemm = replace(gemm, name=f"{n.name}_lib")
+                    out += [gemm, *_scaled_add(n, gemm.name, bias)]
                 else:  # mm -> views -> add: the bias runs along the last dim, which the views keep
-                    out.append(mm)
+                    out.append(gemm)
                     moved[last.name] = [replace(last, name=f"{last.name}_lib"),
-                                        replace(last, op="add", args=(Ref(f"{last.name}_lib"), Ref(bias.name)),
-                                                target="", attrs=())]
-                log.append(f"fold_library_bias: {n.name} = mm + {bias.name}  (bias joins the next kernel)")
+                                        *_scaled_add(replace(last, attrs=n.attrs), f"{last.name}_lib", bias)]
+                what = SCALED_GEMMS[n.target].split(".")[1]
+                log.append(f"fold_library_bias: {n.name} = {_scaled_text(n, what, bias.name)}  (bias joins the next kernel)")
                 continue
         if n.name in moved:
             out += moved.pop(n.name)
             continue
         out.append(n)
     return replace(graph, nodes=tuple(out)).with_log(*log) if log else graph
+
+
+def _broadcasts(small: tuple, big: tuple) -> bool:
+    """`small` broadcasts to `big` (right-aligned, each dim equal or 1) without growing it."""
+    return len(small) <= len(big) and all(a in (1, b) for a, b in zip(reversed(small), reversed(big)))
+
+
+def _scaled_add(n: Node, gemm: str, bias: Node) -> list[Node]:
+    """Nodes computing `n` = beta * bias + alpha * gemm (n's attrs), the last one named as `n`.
+
+    The scales are applied as cuBLAS applies them, in the accumulator's precision after the product:
+    alpha to the product, beta to the bias, then one add; a scale of 1 is left out."""
+    alpha, beta = n.attr("alpha", 1), n.attr("beta", 1)
+    nodes, a, b = [], Ref(gemm), Ref(bias.name)
+    if alpha != 1:
+        nodes.append(replace(n, name=f"{n.name}_alpha", op="mul", args=(a, alpha), target="", attrs=()))
+        a = Ref(nodes[-1].name)
+    if beta != 1:
+        # NOTE: the scaled bias has the bias's own shape (a broadcast operand of the add, as before).
+        nodes.append(replace(bias, name=f"{n.name}_beta", op="mul", args=(b, beta), target="", attrs=(),
+                             origin=n.origin))
+        b = Ref(nodes[-1].name)
+    return nodes + [replace(n, op="add", args=(a, b), target="", attrs=())]
+
+
+def _scaled_text(n: Node, what: str, bias: str) -> str:
+    alpha, beta = n.attr("alpha", 1), n.attr("beta", 1)
+    return f"{'' if alpha == 1 else f'{alpha} * '}{what} + {'' if beta == 1 else f'{beta} * '}{bias}"
 
 
 def _view_chain(n: Node, users: dict, nodes: dict) -> list[Node]:
