@@ -63,7 +63,8 @@ def test_leading_dims_flattened_keep_their_views():
     (lambda s, x: torch.relu(_linear(s, x)) * 2.0, torch.randn(32, 48), "not just a bias add"),
     (lambda s, x: torch.relu(x @ s.w.t()), torch.randn(32, 48), "not just a bias add"),  # no bias
     (lambda s, x: torch.sigmoid(_linear(s, x)), torch.randn(32, 48), "not just a bias add"),
-    (lambda s, x: torch.relu(torch.addmm(s.b, x, s.w.t(), beta=0.5)), torch.randn(32, 48), "beta or alpha"),
+    # fp32: the scaled bias is folded into the kernel (epilogue.fold_library_bias), a mul and an add
+    (lambda s, x: torch.relu(torch.addmm(s.b, x, s.w.t(), beta=0.5)), torch.randn(32, 48), "not just a bias add"),
     (lambda s, x: (torch.relu(y := _linear(s, x)), y), torch.randn(32, 48), "read elsewhere"),
     (lambda s, x: torch.relu(_linear(s, x)), torch.randn(1, 48), "matrix dim of 1"),
 ])
@@ -79,6 +80,12 @@ def test_a_file_whose_every_kernel_could_be_an_epilogue_keeps_its_first():
     assert list(alone) == ["k0"] and "a ModelNew runs one of its own" in alone["k0"]
     mlp = lt_decisions(compile_problem(load_problem(MATMUL / "mlp3d_gelu_tanh_relu.py")).plan)
     assert isinstance(mlp["k0"], str) and isinstance(mlp["k1"], LtEpilogue)
+
+
+def test_scaled_addmm_in_half_precision_does_not():
+    # fp16 keeps the addmm (no fold: the product would round before the bias), beta and all
+    d = _decision(lambda s, x: torch.relu(torch.addmm(s.b, x, s.w.t(), beta=0.5)), torch.randn(32, 48), torch.float16)
+    assert isinstance(d, str) and "beta or alpha" in d, d
 
 
 def test_float64_does_not():
