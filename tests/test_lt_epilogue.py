@@ -1,6 +1,7 @@
-"""cuBLASLt epilogues (lt_epilogue.py): which kernels after a GEMM may run as one
-torch._addmm_activation call, what the file and explain say about it, and the emitted file on the
-CPU emulator (where the GEMM-then-kernel path always runs) against eager."""
+"""GEMM sites (lt_epilogue.py): which kernels after a GEMM may run another way than ours (torch.addmm
+then the kernel given -0.0 for the bias, or one torch._addmm_activation call), what the file and
+explain say about it, and the emitted file on the CPU emulator (where ours always runs unless forced)
+against eager, each way forced."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 from cuda_emu import GXX, emulated_model, write_problem
 from helpers import kernels
 from torchweld.cli import main
-from torchweld.lt_epilogue import LtEpilogue, lt_decisions
+from torchweld.lt_epilogue import GemmSite, lt_decisions, lt_sites
 from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_problem
 
@@ -33,7 +34,7 @@ def _with_own_kernel(fn):
 
 
 def _decision(fn, x, dtype=torch.float32, n=64):
-    """The one Lt decision of fn(self, x) with self.w (n, k) and self.b (n,), or None (with a kernel of
+    """The one site decision of fn(self, x) with self.w (n, k) and self.b (n,), or None (with a kernel of
     the file's own beside it, as a file whose every kernel could be an epilogue keeps one)."""
     x = x.to(dtype)
     p = kernels(_with_own_kernel(fn), x, w=torch.randn(n, x.shape[-1], dtype=dtype), b=torch.randn(n, dtype=dtype))
@@ -48,88 +49,118 @@ def _decision(fn, x, dtype=torch.float32, n=64):
     (lambda s, x: torch.relu(torch.addmm(s.b, x, s.w.t())), False),
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_bias_and_relu_or_tanh_gelu_take_it(fn, use_gelu, dtype):
+def test_bias_and_relu_or_tanh_gelu_take_the_epilogue(fn, use_gelu, dtype):
     d = _decision(fn, torch.randn(32, 48), dtype)
-    assert isinstance(d, LtEpilogue) and d.use_gelu is use_gelu and d.bias == "p1" and not d.views
+    assert isinstance(d, GemmSite) and d.use_gelu is use_gelu and d.bias == "p1" and not d.views
+    # fp32: the bias was moved out of the GEMM, so addmm is offered too; fp16/bf16 keep addmm as captured
+    assert d.ways == (("ours", "addmm", "epilogue") if dtype == torch.float32 else ("ours", "epilogue"))
 
 
 def test_leading_dims_flattened_keep_their_views():
     d = _decision(lambda s, x: torch.relu(_linear(s, x)), torch.randn(4, 8, 48))
-    assert isinstance(d, LtEpilogue) and len(d.views) == 1  # mm -> view back to (4, 8, 64) -> add, relu
+    assert isinstance(d, GemmSite) and len(d.views) == 1  # mm -> view back to (4, 8, 64) -> add, relu
 
 
-@pytest.mark.parametrize("fn,x,why", [
-    (lambda s, x: F.gelu(_linear(s, x)), torch.randn(32, 48), "exact (erf) GELU"),
-    (lambda s, x: torch.relu(_linear(s, x)) * 2.0, torch.randn(32, 48), "not just a bias add"),
-    (lambda s, x: torch.relu(x @ s.w.t()), torch.randn(32, 48), "not just a bias add"),  # no bias
-    (lambda s, x: torch.sigmoid(_linear(s, x)), torch.randn(32, 48), "not just a bias add"),
-    # fp32: the scaled bias is folded into the kernel (epilogue.fold_library_bias), a mul and an add
-    (lambda s, x: torch.relu(torch.addmm(s.b, x, s.w.t(), beta=0.5)), torch.randn(32, 48), "not just a bias add"),
-    (lambda s, x: (torch.relu(y := _linear(s, x)), y), torch.randn(32, 48), "read elsewhere"),
-    (lambda s, x: torch.relu(_linear(s, x)), torch.randn(1, 48), "matrix dim of 1"),
+@pytest.mark.parametrize("fn,x,dtype,why", [
+    (lambda s, x: F.gelu(_linear(s, x)), torch.randn(32, 48), torch.float32, "exact (erf) GELU"),
+    (lambda s, x: torch.relu(_linear(s, x)) * 2.0, torch.randn(32, 48), torch.float32, "not just a bias add"),
+    (lambda s, x: torch.sigmoid(_linear(s, x)), torch.randn(32, 48), torch.float32, "not just a bias add"),
+    (lambda s, x: torch.log_softmax(_linear(s, x), -1), torch.randn(32, 48), torch.float32, "not a pointwise kernel"),
+    (lambda s, x: torch.relu(_linear(s, x)), torch.randn(1, 48), torch.float32, "matrix dim of 1"),
+    (lambda s, x: torch.relu(_linear(s, x)), torch.randn(32, 48), torch.float64, "float64"),
 ])
-def test_other_chains_do_not(fn, x, why):
-    d = _decision(fn, x)
+def test_a_bias_added_to_an_mm_offers_addmm_alone(fn, x, dtype, why):
+    """Whatever else the kernel does."""
+    d = _decision(fn, x, dtype)
+    assert isinstance(d, GemmSite) and d.ways == ("ours", "addmm") and why in d.no_epilogue, d
+    assert d.bias == "p1"
+
+
+@pytest.mark.parametrize("fn,x,dtype,why", [
+    (lambda s, x: torch.relu(x @ s.w.t()), torch.randn(32, 48), torch.float32, "not just a bias add"),  # no bias
+    (lambda s, x: torch.relu(torch.addmm(s.b, x, s.w.t(), beta=0.5)), torch.randn(32, 48), torch.float32,
+     "not just a bias add"),  # the bias is scaled in the kernel: no add of it alone
+    (lambda s, x: _linear(s, x) * s.b, torch.randn(32, 48), torch.float32, "not just a bias add"),  # bias read twice
+    (lambda s, x: (torch.relu(y := _linear(s, x)), y), torch.randn(32, 48), torch.float32, "read elsewhere"),
+    (lambda s, x: F.gelu(_linear(s, x)), torch.randn(32, 48), torch.bfloat16, "exact (erf) GELU"),  # addmm kept
+    (lambda s, x: F.gelu(x @ s.w.t() + s.b), torch.randn(32, 48), torch.bfloat16, "exact (erf) GELU"),  # 2 roundings
+])
+def test_other_chains_have_only_ours(fn, x, dtype, why):
+    d = _decision(fn, x, dtype)
     assert isinstance(d, str) and why in d, d
 
 
+def test_a_kernel_updating_running_statistics_is_not_timed():
+    """Timing runs each way a dozen times: a training-mode batch norm would update its statistics as often."""
+    plan = compile_problem(load_problem(ROOT / "problems" / "norm" / "linear_batchnorm1d_train_tanh.py")).plan
+    assert any(plan.graph.by_name()[m].op == "batch_norm" for k in plan.kernels for m in k.nodes)
+    assert not lt_sites(plan)
+
+
 def test_a_file_whose_every_kernel_could_be_an_epilogue_keeps_its_first():
-    # NOTE: the judge flags a forward that launches no kernel of its own (a library-only ModelNew).
+    # NOTE: the judge flags a forward that launches no kernel of its own (a library-only ModelNew);
+    # addmm still runs our kernel.
     x, w, b = torch.randn(32, 48), torch.randn(64, 48), torch.randn(64)
     alone = lt_decisions(kernels(lambda s, x: torch.relu(_linear(s, x)), x, w=w, b=b))
-    assert list(alone) == ["k0"] and "a ModelNew runs one of its own" in alone["k0"]
+    assert list(alone) == ["k0"] and alone["k0"].ways == ("ours", "addmm")
+    assert "a ModelNew runs one of its own" in alone["k0"].no_epilogue
+    half = lt_decisions(kernels(lambda s, x: torch.relu(_linear(s, x)), x.half(), w=w.half(), b=b.half()))
+    assert "a ModelNew runs one of its own" in half["k0"]  # fp16: addmm as captured, no other way
     mlp = lt_decisions(compile_problem(load_problem(MATMUL / "mlp3d_gelu_tanh_relu.py")).plan)
-    assert isinstance(mlp["k0"], str) and isinstance(mlp["k1"], LtEpilogue)
+    assert mlp["k0"].ways == ("ours", "addmm") and mlp["k1"].ways == ("ours", "addmm", "epilogue")
 
 
-def test_scaled_addmm_in_half_precision_does_not():
-    # fp16 keeps the addmm (no fold: the product would round before the bias), beta and all
-    d = _decision(lambda s, x: torch.relu(torch.addmm(s.b, x, s.w.t(), beta=0.5)), torch.randn(32, 48), torch.float16)
-    assert isinstance(d, str) and "beta or alpha" in d, d
-
-
-def test_float64_does_not():
-    d = _decision(lambda s, x: torch.relu(_linear(s, x)), torch.randn(32, 48), torch.float64)
-    assert isinstance(d, str) and "float64" in d
-
-
-def test_header_says_what_was_considered_and_why_not():
+def test_header_says_which_ways_each_site_has():
     src = compile_problem(load_problem(MATMUL / "mlp3d_gelu_tanh_relu.py")).source
     header = src.split('"""')[1]
-    assert "`_tw_lt` times each one offered against the GEMM then its kernel, once per device" in header
-    assert "k0: no cuBLASLt epilogue: every kernel of the file could be an epilogue" in header
-    assert "k1: or torch._addmm_activation(p3, v11, v10, use_gelu=False)" in header and "RELU_BIAS" in header
+    assert "GEMM sites (`_tw_lt` times each way offered besides ours" in header
+    assert "k0: ways ours, addmm; addmm: torch.addmm(p1, v6, v5) then k0 given -0.0 for p1" in header
+    assert "no cuBLASLt epilogue: every kernel of the file could be an epilogue" in header
+    assert "k1: ways ours, addmm, epilogue; addmm: torch.addmm(p3, v11, v10) then k1 given -0.0 for p3" in header
+    assert "epilogue: torch._addmm_activation(p3, v11, v10, use_gelu=False): bias and ReLU in cuBLASLt's " \
+           "RELU_BIAS epilogue" in header
     erf = compile_problem(load_problem(MATMUL / "mlp_gelu_two_linears.py")).source
-    assert "k0: no cuBLASLt epilogue: exact (erf) GELU" in erf.split('"""')[1]
-    assert "_tw_lt" not in erf.split('"""', 2)[2] and "_tw_time" not in erf  # nothing to time: no runtime for it
+    assert "k0: ways ours, addmm; addmm: torch.addmm(" in erf and "no cuBLASLt epilogue: exact (erf) GELU" in erf
+    bf16 = compile_problem(load_problem(ROOT / "problems" / "lowp" / "linear_gelu_tanh_bf16.py")).source
+    assert "k0: no cuBLASLt epilogue: every kernel of the file" in bf16.split('"""')[1]
+    assert "_tw_lt" not in bf16.split('"""', 2)[2] and "_tw_time" not in bf16  # nothing to time: no runtime for it
 
 
-def test_forward_times_both_ways_under_the_files_tf32_flags():
+def test_forward_times_every_way_under_the_files_tf32_flags():
     src = compile_problem(load_problem(MATMUL / "mlp3d_gelu_tanh_relu.py"), Options(precision="tf32")).source
     assert "cuBLAS (cuBLASLt too) and cuDNN may use TF32" in src
     fwd = src[src.index("    def forward("):src.index("    def _tw_general(")]
-    assert fwd.index("_tw_tf32((True, True))") < fwd.index("_tw_lt(self, 'k1', _lt_k1, v11, v10, p3)") < fwd.index(
-        "finally:")
-    assert "_k1(" not in fwd.replace("_lt_k1", "")  # both ways live in `_lt_k1`
-    lt_fn = src[src.index("def _lt_k1(lt, v11, v10, p3):"):src.index("class ModelNew")]
-    assert "torch._addmm_activation(p3, v11, v10, use_gelu=False)" in lt_fn and "return _k1(v13_lib, p3)[0]" in lt_fn
+    call = "v14, = _tw_lt(self, 'k1', _lt_k1, ('ours', 'addmm', 'epilogue'), v11, v10, p3)"
+    assert fwd.index("_tw_tf32((True, True))") < fwd.index(call) < fwd.index("finally:")
+    assert "_k1(" not in fwd.replace("_lt_k1", "") and "torch.mm" not in fwd  # every way lives in `_lt_k1`
+    lt_fn = src[src.index("def _lt_k1(module, way, v11, v10, p3):"):src.index("class ModelNew")]
+    assert "torch._addmm_activation(p3, v11, v10, use_gelu=False)" in lt_fn
+    assert "torch.addmm(p3, v11, v10)" in lt_fn and "return _k1(v13_lib, _tw_zero(module, 'k1', p3))" in lt_fn
+    assert "torch.mm(v11, v10)" in lt_fn and "return _k1(v13_lib, p3)" in lt_fn
     assert "def _tw_time(" in src and "_tw_lt_pick" in src
 
 
-def test_explain_shows_the_decision(capsys):
+def test_explain_shows_the_ways(capsys):
     assert main(["explain", str(MATMUL / "mlp3d_gelu_tanh_relu.py")]) == 0
     out = capsys.readouterr().out
-    assert "# or torch._addmm_activation(p3, v11, v10, use_gelu=False): bias and ReLU in cuBLASLt's " \
-           "RELU_BIAS epilogue" in out
-    assert "# no cuBLASLt epilogue: every kernel of the file could be an epilogue" in out
+    assert "# ways ours, addmm, epilogue; addmm: torch.addmm(p3, v11, v10) then k1 given -0.0 for p3" in out
+    assert "no cuBLASLt epilogue: every kernel of the file could be an epilogue" in out
+    assert main(["explain", str(ROOT / "problems" / "reduce" / "linear_log_softmax.py")]) == 0
+    out = capsys.readouterr().out
+    assert "# ways ours, addmm; addmm: torch.addmm(p1, x0, v3) then k0 given -0.0 for p1" in out
+    assert "no cuBLASLt epilogue: not a pointwise kernel" in out
 
 
-@pytest.mark.parametrize("stem", ["linear_relu", "mlp3d_gelu_tanh_relu"])
-def test_judge_static_scan_finds_nothing(stem):
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+@pytest.mark.parametrize("path", [MATMUL / "linear_relu.py", MATMUL / "mlp3d_gelu_tanh_relu.py",
+                                  MATMUL / "mlp_gelu_two_linears.py", ROOT / "problems" / "reduce" / "linear_log_softmax.py"],
+                         ids=lambda p: p.stem)
+def test_judge_static_scan_finds_nothing(path, precision):
     from torchweld.judge.static import scan
 
-    path = MATMUL / f"{stem}.py"
-    assert not scan(compile_problem(load_problem(path)).source, path.read_text())
+    src = compile_problem(load_problem(path), Options(precision=precision)).source
+    assert "_tw_lt(" in src
+    assert not scan(src, path.read_text())
 
 
 EMU_MODEL = '''"""Emulator test model: {what}."""
@@ -143,9 +174,10 @@ class Model(nn.Module):
         super().__init__()
         self.up = nn.Linear(48, 96)
         self.down = nn.Linear(96, 40)
+        self.scale = nn.Parameter(torch.rand(40) + 0.5)
 
     def forward(self, x):
-        return torch.relu(self.down(F.gelu(self.up(x), approximate="tanh")))
+        return {body}
 
 
 def get_inputs():
@@ -155,16 +187,23 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+MLP = 'torch.relu(self.down(F.gelu(self.up(x), approximate="tanh")))'
+LOG_SOFTMAX = "torch.log_softmax(self.down(torch.tanh(self.up(x))) * self.scale, dim=-1)"  # k1 reads scale too
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ not installed")
+@pytest.mark.parametrize("body,ways", [
+    (MLP, {"k0": ("ours", "addmm"), "k1": ("ours", "addmm", "epilogue")}),
+    (LOG_SOFTMAX, {"k0": ("ours", "addmm"), "k1": ("ours", "addmm")}),  # k1: a row kernel
+], ids=["tanh_gelu_mlp", "log_softmax"])
 @pytest.mark.parametrize("shape", ["24, 48", "3, 8, 48"])
-def test_emulated_file_matches_eager_and_never_takes_the_epilogue_off_cuda(shape, tmp_path):
-    """On the CPU `_tw_lt` keeps the GEMM and our kernels (there the epilogue's GELU would be exact,
-    not tanh); forcing the epilogue for ReLU alone (the same on the CPU) runs its branch, views and all."""
-    path = write_problem(tmp_path, f"mlp{len(shape)}", EMU_MODEL.format(what="tanh GELU MLP", shape=shape))
+def test_emulated_file_matches_eager_each_way_forced(body, ways, shape, tmp_path):
+    """On the CPU `_tw_lt` keeps ours (there the epilogue's GELU would be exact, not tanh); forcing
+    addmm (given -0.0 for the bias) or the epilogue for ReLU alone (the same on the CPU) runs its
+    branch, views and all. The -0.0 vector is made once per site and is no part of the state dict."""
+    path = write_problem(tmp_path, f"m{len(shape)}", EMU_MODEL.format(what="two linears", body=body, shape=shape))
     new_cls, result = emulated_model(path, tmp_path)
-    assert set(lt_decisions(result.plan)) == {"k0", "k1"}
+    assert {k: d.ways for k, d in lt_sites(result.plan).items()} == ways
     namespace: dict = {}
     exec(path.read_text(), namespace)
     torch.manual_seed(0)
@@ -172,10 +211,28 @@ def test_emulated_file_matches_eager_and_never_takes_the_epilogue_off_cuda(shape
     new = new_cls()
     new.load_state_dict(ref.state_dict())
     new._tw_general = None  # NOTE: the fast path must run: a fallback to the original forward would fail here
+    lib = type(new).forward.__globals__["_LIB"]
     x = torch.randn(*map(int, shape.split(",")))
     with torch.no_grad():
         want = ref(x)
         assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4)
-        assert new._tw_lt_plans == {("k1", -1): (False, [])}  # k0 stays ours: the file's own kernel
-        new._tw_lt_plans[("k1", -1)] = (True, [])
-        assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4)
+        assert new._tw_lt_plans == {(k, -1): ("ours", {}) for k in ways} and "_tw_lt_zeros" not in new.__dict__
+        for way in ("addmm", "epilogue"):
+            new._tw_lt_plans = {(k, -1): (way if way in w else "ours", {}) for k, w in ways.items()}
+            lib.launched.clear()
+            assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4), way
+            assert lib.launched == [k for k, w in ways.items() if way != "epilogue" or way not in w], way
+        zeros = new._tw_lt_zeros
+        assert set(zeros) == {(k, -1, torch.float32) for k in ways}
+        made = {key: id(z) for key, z in zeros.items()}
+        new._tw_lt_plans = {(k, -1): ("addmm", {}) for k in ways}
+        new(x)
+        assert {key: id(z) for key, z in new._tw_lt_zeros.items()} == made  # not made again
+        assert all(bool((z == 0).all() and z.signbit().all()) for z in zeros.values())
+    assert list(new.state_dict()) == list(ref.state_dict())
+
+
+def test_scaled_addmm_in_half_precision_has_only_ours():
+    # fp16 keeps the addmm (no fold: the product would round before the bias), beta and all
+    d = _decision(lambda s, x: torch.relu(torch.addmm(s.b, x, s.w.t(), beta=0.5)), torch.randn(32, 48), torch.float16)
+    assert isinstance(d, str) and "beta or alpha" in d, d

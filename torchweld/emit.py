@@ -17,7 +17,7 @@ from torchweld.conv_fold import FOLD, describe_stages, fold_call, fold_header, f
 from torchweld.conv_layout import FORMATS, ConvLayouts, conv_layouts, moved
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
 from torchweld.epilogue import VIEWS
-from torchweld.lt_epilogue import LtEpilogue, describe_decision, lt_decisions, lt_epilogues
+from torchweld.lt_epilogue import GemmSite, describe_decision, lt_decisions, lt_sites
 from torchweld.plan import Kernel, Plan
 from torchweld.runtime_template import (CONV_RUNTIME, FOLD_RUNTIME, GRAPH_RUNTIME, LT_RUNTIME, RUNTIME, TF32_RUNTIME,
                                         TIMING_RUNTIME)
@@ -193,7 +193,7 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
     names = _Names(graph)
     nodes, users = graph.by_name(), graph.users()
     elided = _elided_views(plan)
-    lt = lt_epilogues(plan)
+    lt = lt_sites(plan)
     in_lt = {m for e in lt.values() for m in (e.gemm, *e.views)}  # made inside `_lt_<kernel>`
     used = {elided.get(a, a) for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
                                                                 (nodes[step].inputs() if step in nodes else ()))}
@@ -215,9 +215,10 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
         k = plan.kernel(step)
         if k is not None and k.name in lt:
             e = lt[k.name]
-            args = ", ".join(_lt_params(e, names, elided))
-            body.append(f"        {k.outputs[0]} = _tw_lt(self, {k.name!r}, _lt_{k.name}, {args})"
-                        f"  # library: cuBLASLt's {e.epilogue} epilogue or {e.gemm} then {k.name}, the faster")
+            outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
+            args = ", ".join(_lt_params(e, k, names, elided))
+            body.append(f"        {outs} = _tw_lt(self, {k.name!r}, _lt_{k.name}, {e.ways!r}, {args})"
+                        f"  # library and {k.name}: the fastest of {', '.join(e.ways)}")
             continue
         if k is not None:
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
@@ -465,30 +466,38 @@ def _wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple] | None = None) -> st
     return "\n".join(lines)
 
 
-def _lt_params(e: LtEpilogue, names: _Names, elided: dict) -> list[str]:
-    """The names `_lt_<kernel>` takes: the GEMM's matrices and the bias, as forward names them."""
-    return list(dict.fromkeys(names.expr(Ref(elided.get(a, a))) for a in (e.mat1, e.mat2, e.bias)))
+def _lt_params(e: GemmSite, k: Kernel, names: _Names, elided: dict) -> list[str]:
+    """The names `_lt_<kernel>` takes: the GEMM's matrices, the bias and the kernel's other operands, as
+    forward names them."""
+    made = e.views[-1] if e.views else e.gemm  # inside `_lt_<kernel>`
+    return list(dict.fromkeys(names.expr(Ref(elided.get(a, a)))
+                              for a in (e.mat1, e.mat2, e.bias, *k.inputs) if a != made))
 
 
-def _lt_function(e: LtEpilogue, k: Kernel, graph: Graph, elided: dict) -> str:
-    """`_lt_<kernel>(lt, ...)`: the GEMM and kernel `k`, or (lt) one torch._addmm_activation call."""
+def _lt_function(e: GemmSite, k: Kernel, graph: Graph, elided: dict) -> str:
+    """`_lt_<kernel>(module, way, ...)`: the GEMM and kernel `k` one of `e.ways` (lt_epilogue.py); returns
+    `k`'s outputs."""
     nodes, names = graph.by_name(), _Names(graph)
+    expr = lambda a: names.expr(Ref(elided.get(a, a)))  # noqa: E731
     views = [_aten_line(nodes[v], names) for v in e.views]
     last = e.views[-1] if e.views else e.gemm
-    kernel_args = ", ".join(names.expr(Ref(elided.get(a, a))) for a in k.inputs)
+    kernel_args = [expr(a) for a in k.inputs]
     ops = ", ".join(nodes[m].op for m in k.nodes)
     gemm = nodes[e.gemm].target.split(".")[1]
-    return "\n".join([
-        f"def _lt_{k.name}(lt, {', '.join(_lt_params(e, names, elided))}):",
-        f'    """{e.gemm} = {gemm} then {k.name} ({ops}); if `lt`, one call: the bias and activation in cuBLASLt\'s '
-        f'{e.epilogue} epilogue."""',
-        "    if lt:",
-        f"        {e.gemm} = {e.call(lambda a: names.expr(Ref(elided.get(a, a))))}",
-        *["        " + line for line in views],
-        f"        return {last}",
-        f"    {_aten_line(nodes[e.gemm], names)}",
-        *["    " + line for line in views],
-        f"    return _{k.name}({kernel_args})[0]"])
+    lines = [f"def _lt_{k.name}(module, way, {', '.join(_lt_params(e, k, names, elided))}):",
+             f'    """{e.gemm} = {gemm} then {k.name} ({ops}), run as `way` says: {", ".join(e.ways)} (ours last)."""']
+    if "epilogue" in e.ways:
+        lines += ['    if way == "epilogue":  # bias and activation in cuBLASLt\'s ' + e.epilogue + " epilogue",
+                  f"        {e.gemm} = {e.call(expr)}", *["        " + line for line in views], f"        return {last},"]
+    if "addmm" in e.ways:
+        zero = [f"_tw_zero(module, {k.name!r}, {expr(e.bias)})" if name == e.bias else arg
+                for arg, name in zip(kernel_args, k.inputs)]
+        lines += ['    if way == "addmm":  # the GEMM as eager runs a linear; the kernel adds -0.0, which changes nothing',
+                  f"        {e.gemm} = {e.addmm_call(expr)}", *["        " + line for line in views],
+                  f"        return _{k.name}({', '.join(zero)})"]
+    lines += [f"    {_aten_line(nodes[e.gemm], names)}", *["    " + line for line in views],
+              f"    return _{k.name}({', '.join(kernel_args)})"]
+    return "\n".join(lines)
 
 
 def _stride_spec(n: Node):
@@ -538,8 +547,9 @@ def _header(plan: Plan, problem_name: str, layout_plan: bool, precision: str, cu
         lines += [f"  {n.name} = {n.target}" for n in library]
     decisions = lt_decisions(plan)
     if decisions:
-        lines.append("cuBLASLt epilogues (bias and activation in the GEMM; `_tw_lt` times each one offered against "
-                     "the GEMM then its kernel, once per device):")
+        lines.append("GEMM sites (`_tw_lt` times each way offered besides ours, the GEMM then its kernel, at the "
+                     "first call on each device,")
+        lines.append("and keeps the fastest where it is clearly faster than ours):")
         lines += [f"  {k}: {describe_decision(d)}" for k, d in decisions.items()]
     lines += fold_header(graph)
     if other:
@@ -649,7 +659,7 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
               for k in plan.kernels}
     n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in plan.kernels if layouts.of(k)})
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
-    lt = lt_epilogues(plan)
+    lt = lt_sites(plan)
     if layout_plan or lt:
         out += ["", TIMING_RUNTIME.strip(), ""]
     if layout_plan:

@@ -1,7 +1,8 @@
-"""On a GPU: kernels after a GEMM that may run as a cuBLASLt epilogue (torchweld/lt_epilogue.py).
-Each file matches eager on fresh inputs whichever way `_tw_lt` measured faster (the choice and both
-times are recorded), and with each way forced; the epilogue itself is within fp32 rounding of the
-reference, and runs under the file's TF32 flags with --precision tf32."""
+"""On a GPU: GEMM sites, kernels after a GEMM that may run another way than ours (torchweld/lt_epilogue.py:
+torch.addmm then the kernel given -0.0 for the bias, or one cuBLASLt epilogue call). Each file matches
+eager on fresh inputs whichever way `_tw_lt` measured fastest (the choice and every way's time are
+recorded), and with each way forced; the epilogue itself is within fp32 rounding of the reference, and
+every way runs under the file's TF32 flags with --precision tf32."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,14 +11,14 @@ import pytest
 import torch
 
 from torchweld.firstcheck import compare, fp32_mode
-from torchweld.lt_epilogue import lt_epilogues
+from torchweld.lt_epilogue import lt_sites
 from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_module, load_problem
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 ROOT = Path(__file__).resolve().parents[2]
-MLP3D = ROOT / "problems" / "matmul" / "mlp3d_gelu_tanh_relu.py"  # k0 (tanh GELU) stays ours, k1 (ReLU) offered
+MLP3D = ROOT / "problems" / "matmul" / "mlp3d_gelu_tanh_relu.py"  # k0 (tanh GELU): ours, addmm; k1 (ReLU): all three
 # NOTE: a file whose every kernel could be an epilogue keeps its first one ours; with ReLU first, the
 # tanh GELU (the epilogue whose fp32 fidelity is in question) is the one offered.
 RELU_THEN_GELU = '''import torch
@@ -44,16 +45,17 @@ def get_init_inputs():
 '''
 SINGLE_SITE = [ROOT / "problems" / f"{stem}.py" for stem in (
     "matmul/linear_relu", "lowp/linear_gelu_tanh_bf16", "matmul/linear_gelu_tanh")]
+WAYS = ("ours", "addmm", "epilogue")
 
 
 def _problems(tmp_path: Path) -> list[Path]:
     path = tmp_path / "relu_then_gelu_tanh.py"
     path.write_text(RELU_THEN_GELU)
-    return [MLP3D, path]
+    return [MLP3D, path, ROOT / "problems" / "reduce" / "linear_log_softmax.py"]
 
 
 def _load(problem_path: Path, tmp_path: Path, **options):
-    """(problem, eager model, ModelNew with its weights, the kernels that may run as an epilogue)."""
+    """(problem, eager model, ModelNew with its weights, its GEMM sites)."""
     problem = load_problem(problem_path)
     result = compile_problem(problem, Options(**options))
     path = tmp_path / f"{problem_path.stem}_new.py"
@@ -62,7 +64,7 @@ def _load(problem_path: Path, tmp_path: Path, **options):
     ref = problem.build_model(0).cuda()
     new = module.ModelNew(*problem.init_inputs()).cuda()
     new.load_state_dict(ref.state_dict())
-    return problem, ref, new, lt_epilogues(result.plan)
+    return problem, ref, new, lt_sites(result.plan)
 
 
 def _inputs(problem, seed: int) -> list:
@@ -70,11 +72,17 @@ def _inputs(problem, seed: int) -> list:
     return [t.cuda() for t in problem.inputs()]
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["mlp3d_gelu_tanh_relu", "relu_then_gelu_tanh"])
+def _force(new, sites: dict, way: str) -> None:
+    """Every site runs `way` where it offers it, else ours."""
+    dev = torch.cuda.current_device()
+    new._tw_lt_plans = {(k, dev): (way if way in d.ways else "ours", {}) for k, d in sites.items()}
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["mlp3d_gelu_tanh_relu", "relu_then_gelu_tanh", "linear_log_softmax"])
 def test_matches_eager_as_measured_and_forced(which, tmp_path, record_property):
     path = _problems(tmp_path)[which]
     problem, ref, new, sites = _load(path, tmp_path)
-    assert sites, "the compiler no longer offers this problem a cuBLASLt epilogue"
+    assert sites, "the compiler no longer offers this problem a way besides ours"
     dev = torch.cuda.current_device()
     with fp32_mode(False), torch.no_grad():
         for trial in range(3):
@@ -83,31 +91,39 @@ def test_matches_eager_as_measured_and_forced(which, tmp_path, record_property):
             assert ok, f"trial {trial} (as measured): {why}"
         plans = new._tw_lt_plans
         assert set(plans) == {(k, dev) for k in sites}
-        for (kernel, _), (lt, med) in plans.items():  # chosen or rejected by measurement, not by default
-            assert len(med) == 2 and min(med) > 0 and lt == (med[0] < med[1]), (kernel, lt, med)
-        choice = {k: f"{'epilogue' if lt else 'GEMM + kernel'} (ms: epilogue {med[0]:.4f}, ours {med[1]:.4f})"
-                  for (k, _), (lt, med) in plans.items()}
+        for (kernel, _), (way, med) in plans.items():  # chosen or rejected by measurement, not by default
+            assert list(med) == list(sites[kernel].ways) and min(med.values()) > 0, (kernel, way, med)
+            best = min(med, key=med.get)
+            clear = med[best] < 0.97 * med["ours"] and med["ours"] - med[best] > 0.002
+            assert way == (best if clear else "ours"), (kernel, way, med)
+        choice = {k: f"{way} (ms: {', '.join(f'{w} {t:.4f}' for w, t in med.items())})"
+                  for (k, _), (way, med) in plans.items()}
         record_property("lt_choice", choice)
         print(f"\n{path.stem}: {choice}")
-        for forced in (True, False):
-            for key in plans:
-                plans[key] = (forced, [])
+        for forced in WAYS:
+            _force(new, sites, forced)
             x = _inputs(problem, 3000)
             ok, max_abs, rel, why = compare(new(*x), want := ref(*x))
             record_property(f"forced_{forced}_rel_error", rel)
-            assert ok, f"forced lt={forced}: {why}"
-            if forced and want.dtype == torch.float32:
+            assert ok, f"forced {forced}: {why}"
+            if forced == "epilogue" and want.dtype == torch.float32:
                 # NOTE: the epilogue's GELU must be the reference's tanh GELU to fp32 rounding; a coarser
                 # tanh (e.g. an approximate instruction) shows here as a relative error near 1e-4.
                 assert rel < 1e-5, f"the cuBLASLt epilogue is {rel:.2e} off eager in strict fp32"
+        if any("addmm" in d.ways for d in sites.values()):
+            zeros = new._tw_lt_zeros
+            assert {k for k, _, _ in zeros} == {k for k, d in sites.items() if "addmm" in d.ways}
+            assert all(z.is_cuda and bool((z == 0).all() and z.signbit().all()) for z in zeros.values())
+        assert list(new.state_dict()) == list(ref.state_dict())
 
 
-def test_epilogue_runs_under_precision_tf32(tmp_path):
-    """Compiled with --precision tf32, the epilogue's GEMM uses TF32 (its error against strict fp32 is
+@pytest.mark.parametrize("way", ["addmm", "epilogue"])
+def test_every_way_runs_under_precision_tf32(way, tmp_path):
+    """Compiled with --precision tf32, the GEMM of each way uses TF32 (its error against strict fp32 is
     TF32's, not fp32 rounding's) and the flags are put back after the call."""
     problem, ref, new, sites = _load(MLP3D, tmp_path, precision="tf32")
     with fp32_mode(False), torch.no_grad():
-        new._tw_lt_plans = {(k, torch.cuda.current_device()): (True, []) for k in sites}
+        _force(new, sites, way)
         x = _inputs(problem, 4000)
         got, strict = new(*x), ref(*x)
         assert not torch.backends.cuda.matmul.allow_tf32
@@ -118,9 +134,9 @@ def test_epilogue_runs_under_precision_tf32(tmp_path):
 
 @pytest.mark.parametrize("path", SINGLE_SITE, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_single_site_files_run_their_own_kernel(path, tmp_path):
-    """Offered nothing (the judge flags a forward of library calls alone), and right against eager."""
+    """Offered no epilogue (the judge flags a forward of library calls alone), and right against eager."""
     problem, ref, new, sites = _load(path, tmp_path)
-    assert not sites
+    assert not any("epilogue" in d.ways for d in sites.values())
     with fp32_mode(False), torch.no_grad():
         x = _inputs(problem, 5000)
         ok, max_abs, rel, why = compare(new(*x), ref(*x))
