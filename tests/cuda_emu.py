@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
+
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_module, load_problem
 
@@ -89,3 +91,14 @@ def write_problem(tmp: Path, name: str, body: str) -> Path:
     path = tmp / f"{name}.py"
     path.write_text(body)
     return path
+
+
+def reference_and_new(problem_path: Path, new_cls, seed: int = 0):
+    """(the problem's Model, new_cls() holding its weights), both built after torch.manual_seed(seed)."""
+    namespace: dict = {}
+    exec(problem_path.read_text(), namespace)
+    torch.manual_seed(seed)
+    ref = namespace["Model"]()
+    new = new_cls()
+    new.load_state_dict(ref.state_dict())
+    return ref, new

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, write_problem
+from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
 
@@ -49,12 +49,7 @@ def test_folded_bias_matches_eager(name, tmp_path):
     assert any(line.startswith("fold_library_bias") for line in result.plan.graph.log), result.plan.graph.log
     targets = {n.target for n in result.plan.graph.nodes if n.op == "aten"}
     assert not targets & {"aten.addmm.default", "aten.baddbmm.default"}, targets
-    namespace: dict = {}
-    exec(path.read_text(), namespace)
-    torch.manual_seed(0)
-    ref = namespace["Model"]()
-    new = new_cls()
-    new.load_state_dict(ref.state_dict())
+    ref, new = reference_and_new(path, new_cls)
     new._tw_general = None  # the fast path must run
     for seed in range(3):
         torch.manual_seed(100 + seed)

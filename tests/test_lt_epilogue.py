@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuda_emu import GXX, emulated_model, write_problem
+from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
 from helpers import kernels
 from torchweld.cli import main
 from torchweld.lt_epilogue import GemmSite, lt_decisions, lt_sites
@@ -204,12 +204,7 @@ def test_emulated_file_matches_eager_each_way_forced(body, ways, shape, tmp_path
     path = write_problem(tmp_path, f"m{len(shape)}", EMU_MODEL.format(what="two linears", body=body, shape=shape))
     new_cls, result = emulated_model(path, tmp_path)
     assert {k: d.ways for k, d in lt_sites(result.plan).items()} == ways
-    namespace: dict = {}
-    exec(path.read_text(), namespace)
-    torch.manual_seed(0)
-    ref = namespace["Model"]()
-    new = new_cls()
-    new.load_state_dict(ref.state_dict())
+    ref, new = reference_and_new(path, new_cls)
     new._tw_general = None  # NOTE: the fast path must run: a fallback to the original forward would fail here
     lib = type(new).forward.__globals__["_LIB"]
     x = torch.randn(*map(int, shape.split(",")))
