@@ -9,6 +9,7 @@ from rich.console import Console
 
 from torchweld.bench import runner
 from torchweld.bench.plan import find_candidate, find_problems, plan_tasks
+from torchweld.bench.prewarm import compiler_fingerprint
 from torchweld.bench.runner import BenchOptions, run_bench
 
 PROBLEM = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n" \
@@ -119,6 +120,8 @@ def test_candidates_run_writes_results_and_reports(tree):
     assert data["meta"]["command"] == "torchweld bench t" and data["meta"]["device"] == "FakeGPU"
     assert len(data["results"]) == 3 and data["metrics"]["correct"] == 1
     assert "top" in (out / "report.html").read_text()
+    # provenance by content: the hash of the sources that judged each result, and the run's
+    assert data["meta"]["torchweld"] == compiler_fingerprint() == saved(tree, "root__top")["bench"]["torchweld"]
 
 
 def test_resume_skips_finished(tree):

@@ -74,7 +74,7 @@ def render_html(results: list[dict], m: Metrics, meta: dict, notes: list[str], p
 
 
 def _meta(meta: dict) -> str:
-    items = [f"{k} <b>{escape(meta_value(meta, k))}</b>" for k in ("date", "device", "torch", "git")]
+    items = [f"{k} <b>{escape(meta_value(meta, k))}</b>" for k in ("date", "device", "torch", "git", "torchweld")]
     return (f"<div class=meta>{' &middot; '.join(items)}<br>"
             f"<code>{escape(meta_value(meta, 'command'))}</code></div>")
 

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from torchweld.bench.plan import duplicate_keys, find_problems, is_finished, load_results, plan_tasks
 from torchweld.bench.pool import WorkerStartupError, run_inline, run_pool
+from torchweld.bench.prewarm import compiler_fingerprint
 from torchweld.bench.progress import Display
 from torchweld.bench.report import rerender, write_reports
 from torchweld.bench.worker import Job
@@ -215,6 +216,7 @@ def run_meta(opts: BenchOptions, out: Path, slots: list, resumed: int) -> dict:
         "torch": _torch_version(),
         "command": opts.command,
         "git": git_commit(),
+        "torchweld": compiler_fingerprint(),  # a hash of the sources: `git` is stale in a copied tree
         "problems": str(opts.problems),
         "candidates": str(opts.candidates) if opts.candidates else "compiled by torchweld (--compile)",
         "results_dir": str(out),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from torchweld.bench.format import meta_value, ms, one_line, pct, rows, secs, times
 from torchweld.bench.metrics import FAST_PS, Metrics
 
-_META = ("date", "device", "torch", "command", "git", "problems", "candidates", "results_dir")
+_META = ("date", "device", "torch", "command", "git", "torchweld", "problems", "candidates", "results_dir")
 
 
 def render_markdown(results: list[dict], m: Metrics, meta: dict, notes: list[str]) -> str:

@@ -74,9 +74,12 @@ def finish(task: Task, result: dict, job: Job, started: float, worker: int | Non
             result["prewarm"] = json.loads(warm.read_text())
         except (OSError, ValueError):
             pass
-    from torchweld.bench.prewarm import file_sha
+    from torchweld.bench.prewarm import compiler_fingerprint, file_sha
 
     result["bench"] = {
+        # NOTE: per result, as a resumed run mixes results of several sessions: the git commit can be stale
+        # (a copied working tree) where this hash of the sources that judged (and compiled) it is not.
+        "torchweld": compiler_fingerprint(),
         "candidate": str(task.candidate) if task.candidate else None,
         "candidate_sha": file_sha(task.candidate) if task.candidate and task.candidate.is_file() else None,
         "compiled": task.compile,
