@@ -1,0 +1,151 @@
+"""Two ways the emitted forward moves fewer bytes around its library calls:
+
+- a pointwise kernel writes its output over an operand forward made itself and reads nowhere else
+  (emit.reusable): the GEMM's result, read once by the activation after it;
+- a GEMM reads a linear's weight packed (in, out) once per version of the weight (gemm_pack.py).
+
+Plan-level cases check where each must not happen; emulator cases (tests/cuda_emu.py, one CPU
+thread per GPU thread) check the results against eager, also after the weights change."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
+from torchweld.emit import reusable
+from torchweld.gemm_pack import packed_weights
+from torchweld.pipeline import compile_problem
+from torchweld.problem import load_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+REUSE = "each element before it is written"
+
+SOURCE = '''"""Test model."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(40, 36)
+        self.fc2 = nn.Linear(36, 20)
+        self.w = nn.Parameter(torch.randn(36, 40) * 0.2)
+
+    def forward(self, x):
+{body}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _compile(tmp_path, name, body, shape="24, 40"):
+    path = write_problem(tmp_path, name, SOURCE.format(body=body, shape=shape))
+    return path, compile_problem(load_problem(path))
+
+
+def _reused(result) -> dict[str, str]:
+    plan = result.plan
+    made = frozenset(o for k in plan.kernels for o in k.outputs)
+    out = {}
+    for k in plan.kernels:
+        out.update(reusable(k, plan.graph, made))
+    return out
+
+
+REUSE_CASES = {
+    # body, how many outputs are written over an operand
+    "linear_gelu": ("        return F.gelu(self.fc(x))", 1),
+    "two_linears": ("        return torch.tanh(self.fc2(torch.relu(self.fc(x))))", 2),
+    "gemm_result_returned": ("        y = self.fc(x)\n        return torch.relu(y), y", 0),
+    "gemm_result_read_twice": ("        y = self.fc(x)\n        return torch.relu(y) + y.sum(dim=1, keepdim=True)", 0),
+    "input_only": ("        return torch.relu(x) * 2.0", 0),
+    "bool_output": ("        return self.fc(x) > 0.5", 0),
+    "bias_broadcast": ("        return torch.sigmoid(x @ self.w.t() + self.fc.bias)", 1),
+}
+
+
+@pytest.mark.parametrize("name", REUSE_CASES)
+def test_reuse_only_where_nothing_else_reads(name, tmp_path):
+    body, expected = REUSE_CASES[name]
+    _, result = _compile(tmp_path, name, body)
+    reused = _reused(result)
+    assert len(reused) == expected, (reused, str(result.plan.graph))
+    assert result.source.count(REUSE) == expected
+    nodes = result.plan.graph.by_name()
+    for out, operand in reused.items():
+        assert nodes[out].dtype == nodes[operand].dtype and nodes[operand].name not in result.plan.graph.outputs
+
+
+def test_no_reuse_where_a_channels_last_build_reads_tiles():
+    # NOTE: conv_layout hands a channels-last result to a kernel with a `_cl` build (tiles through shared memory)
+    result = compile_problem(load_problem(ROOT / "problems" / "conv" / "conv2d_3x3_bn_eval_relu.py"))
+    assert "_cl(" in result.source and REUSE not in result.source
+
+
+PACK_CASES = {
+    "linear": ("        return F.relu(self.fc(x))", ["fc.weight"]),
+    "two_linears": ("        return self.fc2(F.gelu(self.fc(x)))", ["fc.weight", "fc2.weight"]),
+    "linear3d": ("        return F.silu(self.fc(x))", ["fc.weight"]),
+    "matmul_t": ("        return torch.relu(torch.matmul(x, self.w.t()))", ["w"]),
+    "transpose_also_returned": ("        wt = self.w.t()\n        return torch.relu(x @ wt), wt * 2.0", []),
+    "transpose_sliced": ("        return torch.relu(x @ self.w.t()[:, :20])", []),
+}
+
+
+@pytest.mark.parametrize("name", PACK_CASES)
+def test_packed_weights(name, tmp_path):
+    body, expected = PACK_CASES[name]
+    _, result = _compile(tmp_path, name, body, "2, 24, 40" if name == "linear3d" else "24, 40")
+    nodes = result.plan.graph.by_name()
+    packed = packed_weights(result.plan.graph)
+    assert sorted(nodes[p].target for p in packed.values()) == sorted(expected), str(result.plan.graph)
+    assert result.source.count("= _tw_pack(self, ") == len(expected)
+    assert ("def _tw_pack(" in result.source) == bool(expected)
+
+
+EMU_CASES = {
+    "linear_gelu": "        return F.gelu(self.fc(x))",
+    "two_linears": "        return torch.tanh(self.fc2(torch.relu(self.fc(x))))",
+    "bias_broadcast": "        return torch.sigmoid(x @ self.w.t() + self.fc.bias)",
+}
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+@pytest.mark.parametrize("name", EMU_CASES)
+def test_emulated_matches_eager_and_repacks(name, tmp_path):
+    path = write_problem(tmp_path, name, SOURCE.format(body=EMU_CASES[name], shape="24, 40"))
+    new_cls, result = emulated_model(path, tmp_path)
+    assert REUSE in result.source and "_tw_pack(self, " in result.source
+    ref, new = reference_and_new(path, new_cls)
+    new._tw_general = None  # the fast path must run
+
+    def check(tag):
+        for seed in range(3):
+            torch.manual_seed(200 + seed)
+            x = torch.randn(24, 40)
+            with torch.no_grad():
+                got, want = new(x), ref(x)
+            assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (tag, (got - want).abs().max())
+
+    check("first")
+    # NOTE: a packed weight made from the old values would fail these
+    torch.manual_seed(7)
+    fresh = type(ref)()
+    ref.load_state_dict(fresh.state_dict())
+    new.load_state_dict(fresh.state_dict())
+    check("after load_state_dict")
+    with torch.no_grad():
+        for m in (ref, new):
+            m.fc.weight.mul_(-1.5)
+            m.w.add_(0.25)
+    check("after an in-place update")
