@@ -3,6 +3,7 @@
     python3 bench/benchmarks_md.py out/bench/corpus out/bench/quick/times.jsonl > table.md
     python3 bench/benchmarks_md.py - out/q2/times.jsonl > table.md      # quick rows only
     python3 bench/benchmarks_md.py out/bench/all - judged-h100.json > table.md   # judged rows only
+    python3 bench/benchmarks_md.py out/bench/a,out/bench/b - judged.json > table.md  # two runs' rows
 Also writes the compact rows it used to docs/data/ (the evidence behind the table).
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def geomean(values) -> float:
 
 
 def main() -> int:
-    rows = (([] if sys.argv[1] == "-" else judged(Path(sys.argv[1])))
+    rows = (([] if sys.argv[1] == "-" else [r for d in sys.argv[1].split(",") for r in judged(Path(d))])
             + ([] if sys.argv[2] == "-" else quick(Path(sys.argv[2]))))
     rows.sort(key=lambda r: r["key"])
     name = sys.argv[3] if len(sys.argv) > 3 else "corpus-h100.json"
