@@ -149,3 +149,65 @@ def test_emulated_matches_eager_and_repacks(name, tmp_path):
             m.fc.weight.mul_(-1.5)
             m.w.add_(0.25)
     check("after an in-place update")
+
+
+BUFFER_SOURCE = '''"""Test model."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("stat", torch.ones(40))
+
+    def forward(self, x):
+{body}
+
+
+def get_inputs():
+    return [torch.randn(24, 40)]
+
+
+def get_init_inputs():
+    return []
+'''
+COPY_CASES = {
+    # body, how many copies the kernel making their source takes over
+    "mean_into_buffer": ("        self.stat.copy_(x.mean(dim=0))\n        return torch.relu(x)", 1),
+    "read_after_copy": ("        self.stat.copy_(x.mean(dim=0))\n        return x * self.stat", 0),  # the mean has two readers
+    # NOTE: the product reads the old values; written early by the mean's kernel, they would be the new ones
+    "read_before_copy": ("        m = x.mean(dim=0)\n        y = x * self.stat\n        self.stat.copy_(m)\n        return y", 0),
+    "source_also_returned": ("        m = x.mean(dim=0)\n        self.stat.copy_(m)\n        return x * m, m", 0),
+    "kernel_reads_buffer": ("        self.stat.copy_(self.stat * 0.9 + x.mean(dim=0) * 0.1)\n        return torch.relu(x)", 0),
+}
+
+
+@pytest.mark.parametrize("name", COPY_CASES)
+def test_copy_into_buffer(name, tmp_path):
+    from torchweld.emit import copies_into
+
+    body, expected = COPY_CASES[name]
+    path = write_problem(tmp_path, name, BUFFER_SOURCE.format(body=body))
+    result = compile_problem(load_problem(path))
+    into = copies_into(result.plan)
+    assert len(into) == expected, (into, str(result.plan.graph))
+    forward = result.source[result.source.index("    def forward("):result.source.index("    def _tw_general(")]
+    assert forward.count(".copy_(") == 1 - expected, forward
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+@pytest.mark.parametrize("name", ["mean_into_buffer", "read_after_copy", "read_before_copy", "kernel_reads_buffer"])
+def test_copy_into_buffer_emulated(name, tmp_path):
+    body, _ = COPY_CASES[name]
+    path = write_problem(tmp_path, name, BUFFER_SOURCE.format(body=body))
+    new_cls, _ = emulated_model(path, tmp_path)
+    ref, new = reference_and_new(path, new_cls)
+    new._tw_general = None
+    for step in range(2):  # NOTE: the second step reads what the first wrote into the buffer
+        torch.manual_seed(300 + step)
+        x = torch.randn(24, 40)
+        with torch.no_grad():
+            got, want = new(x), ref(x)
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (step, (got - want).abs().max())
+        assert torch.allclose(new.stat, ref.stat, atol=1e-6, rtol=1e-6), step

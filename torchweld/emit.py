@@ -197,6 +197,7 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
     lt = lt_sites(plan)
     in_lt = {m for e in lt.values() for m in (e.gemm, *e.views)}  # made inside `_lt_<kernel>`
     packed = packed_weights(graph)
+    into = copies_into(plan)
     used = {elided.get(a, a) for step in plan.steps for a in (plan.kernel(step).inputs if plan.kernel(step) else
                                                                 (nodes[step].inputs() if step in nodes else ()))}
     state = [n for n in graph.nodes if n.op == "param" and n.name in used]
@@ -224,12 +225,17 @@ def _forward(plan: Plan, inputs: list[Node], signature: str, layout_plan: bool, 
             continue
         if k is not None:
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
-            args = ", ".join(names.expr(Ref(elided.get(a, a))) for a in k.inputs)
+            args = ", ".join([names.expr(Ref(elided.get(a, a))) for a in k.inputs]
+                             + [names.expr(Ref(into[o][1])) for o in k.outputs if o in into])
             ops = "; ".join(format_node(nodes[m]).split("  #")[0] for m in k.nodes)
             body.append(f"        {outs} = _{k.name}({args})  # {ops}")
             continue
         n = nodes[step]
         if n.op in ("input", "param") or n.name in elided or n.name in in_lt:
+            continue
+        if n.op == "aten" and n.target == COPY and n.args[1] in into:  # the kernel wrote it there
+            if users[n.name]:
+                body.append(f"        {n.name} = {names.expr(n.args[0])}  # written by the kernel that made {n.args[1]}")
             continue
         if n.op == FOLD:
             body.append(f"        {fold_call(n, nodes, users, names.expr)}  # {describe_stages(n.args[2:], nodes)}")
@@ -381,6 +387,62 @@ def _owned(name: str, k: Kernel, nodes: dict, users: dict, made: frozenset) -> b
     return n.op == "aten" and n.target in _FRESH or n.name in made
 
 
+COPY = "aten.copy_.default"
+
+
+def copies_into(plan: Plan) -> dict[str, tuple[str, str]]:
+    """{kernel output: (copy_ node, parameter or buffer)} where forward's `P.copy_(K)` may become the
+    kernel writing K into P itself: K is read by that copy alone and has P's shape and dtype; the
+    kernel reads no view of P, and nothing reads P between the kernel and the copy (it would see the
+    new values early). Saves the copy's launch and a buffer (an instance norm's running statistics:
+    the mean over the batch written straight into the module's buffer)."""
+    graph = plan.graph
+    nodes, users = graph.by_name(), graph.users()
+    kernel_of = {o: k for k in plan.kernels for o in k.outputs}
+    at = {s: i for i, s in enumerate(plan.steps)}
+
+    def root(name):
+        n = nodes[name]
+        while n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
+            n = nodes[n.args[0]]
+        return n.name
+
+    def reads(step) -> list[str]:
+        k = plan.kernel(step)
+        return list(k.inputs) if k is not None else (nodes[step].inputs() if step in nodes else [])
+
+    sites = lt_sites(plan)  # NOTE: `_lt_<kernel>` calls its kernel with the kernel's own operands only
+    out = {}
+    for n in graph.nodes:
+        if n.op != "aten" or n.target != COPY or len(n.args) != 2 or n.attrs or not all(isinstance(a, Ref) for a in n.args):
+            continue
+        dst, src = nodes[n.args[0]], n.args[1]
+        k = kernel_of.get(src)
+        if (k is None or dst.op != "param" or users[src] != [n.name] or tuple(dst.shape) != tuple(nodes[src].shape)
+                or dst.dtype != nodes[src].dtype or not is_contiguous(dst) or k.kind not in ("pointwise", "reduce")
+                or k.name not in at or n.name not in at or k.name in sites):
+            continue
+        between = plan.steps[at[k.name]:at[n.name]]  # the kernel's own reads included
+        if any(root(a) == dst.name for step in between for a in reads(step)):
+            continue
+        out[src] = (n.name, dst.name)
+    return out
+
+
+def _into_lines(into: dict[str, str], outs: list[str]) -> tuple[list[str], list[str]]:
+    """(allocation lines, lines before the return) for outputs written into a parameter or buffer:
+    into it where it is contiguous and 16-byte aligned (the kernels store vectors), else into a new
+    buffer copied over after the launch."""
+    alloc, after = [], []
+    for o in outs:
+        if o in into:
+            p = f"a_{into[o]}"
+            alloc.append(f"    out_{o} = {p} if {p}.is_contiguous() and {p}.data_ptr() % 16 == 0 else "
+                         f"torch.empty_like({p}, memory_format=torch.contiguous_format)")
+            after += [f"    if out_{o} is not {p}:", f"        {p}.copy_(out_{o})"]
+    return alloc, after
+
+
 def _launch(k: Kernel, ptrs: list[str], vec: str, first: str, cl_vec: str | None = None) -> list[str]:
     """The launch and its check; `cl_vec` given: the `_cl` build where `cl` (see `_pick_build`)."""
     stream = f"_tw_stream({first}.get_device())" if first else "_tw_stream(torch.cuda.current_device())"
@@ -406,10 +468,11 @@ def _aligned_test(pairs) -> str:
     return f"int({' and '.join(checks)})" if checks else "1"
 
 
-def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
+def _reduce_wrapper(k: Kernel, graph: Graph, into: dict[str, str] | None = None) -> str:
     """Like `_wrapper`, for a reduce or depthwise kernel: outputs take their own shapes; no vector build."""
     nodes = graph.by_name()
-    params = ", ".join(f"a_{a}" for a in k.inputs)
+    into = {o: d for o, d in (into or {}).items() if o in k.outputs}
+    params = ", ".join([f"a_{a}" for a in k.inputs] + [f"a_{d}" for d in into.values()])
     anchor = nodes[k.anchor]
     lines = [
         f"def _{k.name}({params}):",
@@ -421,7 +484,9 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
     flat = tuple(anchor.args[:2]) if k.kind == "depthwise" else ()  # the convolution's input and weight
     lines += _prepare([a for a in k.inputs if a not in in_place], nodes, flat)
     operand_nodes = [nodes[a] for a in k.inputs]
-    allocs = [_allocate(o, nodes[o].shape, nodes[o].dtype, operand_nodes) for o in k.outputs]
+    into_alloc, after = _into_lines(into, list(k.outputs))
+    allocs = [into_alloc.pop(0) if o in into else _allocate(o, nodes[o].shape, nodes[o].dtype, operand_nodes)
+              for o in k.outputs]
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{k.inputs[0]}.device")
     lines += allocs
@@ -439,7 +504,7 @@ def _reduce_wrapper(k: Kernel, graph: Graph) -> str:
         # NOTE: outputs come from the caching allocator (512-byte aligned blocks): only operands are tested
         checks = [f"a_{n}.data_ptr() % {b} == 0" for n, b in launch.aligned if n not in k.outputs]
         vec = f"int({' and '.join(checks)})" if checks else "1"
-    lines += _launch(k, ptrs, vec, f"a_{k.inputs[0]}")
+    lines += _launch(k, ptrs, vec, f"a_{k.inputs[0]}") + after
     outs = ", ".join(f"out_{o}" for o in k.outputs)
     lines.append(f"    return {outs}{',' if len(k.outputs) == 1 else ''}")
     return "\n".join(lines)
@@ -471,20 +536,22 @@ def _pool_wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple]) -> str:
     return "\n".join(lines)
 
 
-def _wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple] | None = None, made: frozenset = frozenset()) -> str:
+def _wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple] | None = None, made: frozenset = frozenset(),
+             into: dict[str, str] | None = None) -> str:
     """The Python function that lays out operands, allocates outputs and launches one kernel.
 
     NOTE: it runs on every forward, so it stays short: each Python step costs about a microsecond,
     as much as a small kernel's whole run. `alt`: operands that may come channels-last (conv_layout.py)."""
     alt = alt or {}
     if k.kind in ("reduce", "depthwise"):
-        return _reduce_wrapper(k, graph)
+        return _reduce_wrapper(k, graph, into)
     if k.kind == "pool":
         return _pool_wrapper(k, graph, alt)
     nodes = graph.by_name()
     ops = operands(k, graph)
     vec = vector_width(k, graph)
-    params = ", ".join(f"a_{o.name}" for o in ops)
+    into = {o: d for o, d in (into or {}).items() if o in k.outputs}
+    params = ", ".join([f"a_{o.name}" for o in ops] + [f"a_{d}" for d in into.values()])
     aligned = [f"a_{o.name}" for o in ops if vec > 1 and vec_class(o, vec) in ("full", "contig")]
     align = {f"a_{o.name}": ITEMSIZE[o.dtype] * vec for o in ops}
     outs = [(o, nodes[o].dtype) for o in k.outputs]
@@ -494,8 +561,10 @@ def _wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple] | None = None, made:
         *(_pick_build(alt, nodes) if alt else []),
         *_prepare([o.name for o in ops if o.name not in alt], nodes),
     ]
-    over = reusable(k, graph, made, alt)
-    allocs = [f"    out_{o} = a_{over[o]}  # NOTE: {over[o]} is read here alone, each element before it is written"
+    over = {o: a for o, a in reusable(k, graph, made, alt).items() if o not in into}
+    into_alloc, after = _into_lines(into, [o for o, _ in outs])
+    allocs = [into_alloc.pop(0) if o in into else
+              f"    out_{o} = a_{over[o]}  # NOTE: {over[o]} is read here alone, each element before it is written"
               if o in over else _allocate(o, k.shape, dt, [nodes[p.name] for p in ops]) for o, dt in outs]
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{ops[0].name}.device" if ops else "    dev = torch.device('cuda')")
@@ -508,7 +577,7 @@ def _wrapper(k: Kernel, graph: Graph, alt: dict[str, tuple] | None = None, made:
     if alt:
         cl_aligned = variant_aligned(k, graph, alt)
         cl_vec = "0" if cl_aligned is None else _aligned_test(cl_aligned)
-    lines += _launch(k, ptrs, vec_arg, f"a_{ops[0].name}" if ops else "", cl_vec)
+    lines += _launch(k, ptrs, vec_arg, f"a_{ops[0].name}" if ops else "", cl_vec) + after
     ret = ", ".join(f"out_{o}" for o, _ in outs)
     lines.append(f"    return {ret}{',' if len(outs) == 1 else ''}")
     return "\n".join(lines)
@@ -728,7 +797,8 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
     if cuda_graph:
         out += ["", GRAPH_RUNTIME.strip(), ""]
     made = frozenset(o for k in plan.kernels for o in k.outputs)
-    out += [_wrapper(k, plan.graph, layouts.of(k), made) + "\n\n" for k in plan.kernels]
+    into = {o: dst for o, (_, dst) in copies_into(plan).items()}
+    out += [_wrapper(k, plan.graph, layouts.of(k), made, into) + "\n\n" for k in plan.kernels]
     out += [_lt_function(e, plan.kernel(name), plan.graph, _elided_views(plan)) + "\n\n" for name, e in lt.items()]
     out.append("class ModelNew(nn.Module):")
     doc = ast.get_docstring(model)

@@ -74,6 +74,19 @@ def _identity(n: Node, ctx: Ctx):
     return None
 
 
+def _functional_copy(n: Node, ctx: Ctx):
+    """`copy(p, v)` -> `v`: functionalisation writes a module's `p.copy_(v)` as a copy taking p's place
+    (then written back by `copy_(p, copy)`); where v already has p's shape, dtype and strides, it is
+    the copy's value itself, and the write-back reads v (one pass fewer; emit.copies_into may then
+    have the kernel that makes v write it into p)."""
+    if n.op != "aten" or n.target != "aten.copy.default" or len(n.args) != 2 or any(v for _, v in n.attrs):
+        return None
+    v = ctx.node(n.args[1])
+    if v is None or not _same_meta(n, n.args[1], ctx) or tuple(v.stride) != tuple(n.stride):
+        return None
+    return n.args[1]
+
+
 _FILLS = {"aten.zeros_like.default": 0.0, "aten.ones_like.default": 1.0, "aten.zeros.default": 0.0,
           "aten.ones.default": 1.0, "aten.full_like.default": None, "aten.full.default": None}
 
@@ -249,7 +262,8 @@ PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("reduce_rewrites", reduce_rewrites),  # NOTE: before fold_library_bias, which would move the bias it reads
     ("fold_library_bias", fold_library_bias),
     ("in_place", in_place_update),
-    ("canonical", lambda g: apply_rules(g, [_keepdim_view, _fill_constants, _identity, _canonical], "rule")),
+    ("canonical", lambda g: apply_rules(g, [_keepdim_view, _fill_constants, _identity, _functional_copy, _canonical],
+                                        "rule")),
     ("cse", cse),
     ("collect_linear", collect_linear),
     ("canonical2", lambda g: apply_rules(g, [_identity, _canonical], "rule")),
