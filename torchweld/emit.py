@@ -346,8 +346,11 @@ def _allocate(out: str, shape: tuple, dtype, operands: list[Node]) -> str:
     return f"    out_{out} = torch.empty({tuple(shape)!r}, dtype=torch.{dtype}, device=dev)"
 
 
-# Ops whose result is a tensor of its own, which no one else holds.
-_FRESH = LIBRARY
+def _view_root(n: Node, nodes: dict) -> Node:
+    """The node `n` is a view of (through view/reshape), or `n` itself."""
+    while n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
+        n = nodes[n.args[0]]
+    return n
 
 
 def reusable(k: Kernel, graph: Graph, made: frozenset = frozenset(), alt: dict | None = None) -> dict[str, str]:
@@ -379,12 +382,13 @@ def _owned(name: str, k: Kernel, nodes: dict, users: dict, made: frozenset) -> b
     if any(u == "<output>" or u not in k.nodes for u in users[name]):
         return False
     n = nodes[name]
-    while n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
+    root = _view_root(n, nodes)
+    while n is not root:  # NOTE: library results and kernel outputs are tensors of their own, no one else's
         src = nodes[n.args[0]]
         if users[src.name] != [n.name]:
             return False
         n = src
-    return n.op == "aten" and n.target in _FRESH or n.name in made
+    return n.op == "aten" and n.target in LIBRARY or n.name in made
 
 
 COPY = "aten.copy_.default"
@@ -400,12 +404,6 @@ def copies_into(plan: Plan) -> dict[str, tuple[str, str]]:
     nodes, users = graph.by_name(), graph.users()
     kernel_of = {o: k for k in plan.kernels for o in k.outputs}
     at = {s: i for i, s in enumerate(plan.steps)}
-
-    def root(name):
-        n = nodes[name]
-        while n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
-            n = nodes[n.args[0]]
-        return n.name
 
     def reads(step) -> list[str]:
         k = plan.kernel(step)
@@ -423,7 +421,7 @@ def copies_into(plan: Plan) -> dict[str, tuple[str, str]]:
                 or k.name not in at or n.name not in at or k.name in sites):
             continue
         between = plan.steps[at[k.name]:at[n.name]]  # the kernel's own reads included
-        if any(root(a) == dst.name for step in between for a in reads(step)):
+        if any(_view_root(nodes[a], nodes).name == dst.name for step in between for a in reads(step)):
             continue
         out[src] = (n.name, dst.name)
     return out
