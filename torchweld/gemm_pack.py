@@ -2,7 +2,7 @@
 copy laid out (in, out), made once per version and address of the parameter.
 
 cuBLAS then runs the NN form of the GEMM. On the H100 (strict fp32 and bf16, 14 linear shapes, L2
-flushed; docs/benchmarks.md, "Weight packing") the packed mm took 1.01x-1.18x less time than the
+flushed; docs/benchmarks.md, session 5, "Packed weights") the packed mm took 1.01x-1.18x less time than the
 mm of W.t() in fp32 and 1.13x-1.32x less in bf16; the packed addmm 1.00x-1.42x and 1.06x-1.20x
 less than eager's addmm. The copy costs the weight's memory once more; an in-place update or load_state_dict
 packs again (`_tw_pack` in runtime_template.py). The product is the same up to the summation order
@@ -28,12 +28,16 @@ def packed_weights(graph: Graph) -> dict[str, str]:
         if p.op != "param" or len(p.shape) != 2 or not _swaps(n) or tuple(p.stride) not in ((p.shape[1], 1), ()):
             continue
         readers = users[n.name]
-        if readers and all(r != "<output>" and nodes[r].op == "aten" and nodes[r].target in MAT2
-                           and len(nodes[r].args) > MAT2[nodes[r].target] and nodes[r].args[MAT2[nodes[r].target]] == n.name
-                           and n.name not in [a for i, a in enumerate(nodes[r].args) if i != MAT2[nodes[r].target]]
-                           for r in readers):
+        if readers and all(r != "<output>" and _reads_as_mat2(nodes[r], n.name) for r in readers):
             out[n.name] = p.name
     return out
+
+
+def _reads_as_mat2(gemm, name: str) -> bool:
+    """`gemm` is a GEMM reading `name` as its second matrix and nowhere else."""
+    i = MAT2.get(gemm.target) if gemm.op == "aten" else None
+    return i is not None and len(gemm.args) > i and gemm.args[i] == name and name not in (
+        a for j, a in enumerate(gemm.args) if j != i)
 
 
 def _swaps(n) -> bool:
