@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv: list[str]) -> int:
     import torch
 
-    from torchweld.firstcheck import _cuda, compare, time_ms
+    from torchweld.judge.first import _cuda, compare, time_ms
     from torchweld.judge.guards import set_strict_fp32
     from torchweld.pipeline import Options, compile_problem
     from torchweld.problem import load_module, load_problem

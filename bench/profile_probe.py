@@ -17,7 +17,7 @@ def main(argv: list[str]) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from torchweld.firstcheck import _cuda, time_ms
+    from torchweld.judge.first import _cuda, time_ms
     from torchweld.judge.guards import set_strict_fp32
     from torchweld.pipeline import compile_problem
     from torchweld.problem import load_module, load_problem

@@ -27,7 +27,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from torchweld.firstcheck import first_check
+    from torchweld.judge.first import first_check
     from torchweld.judge.guards import set_strict_fp32
     from torchweld.problem import load_problem
 

@@ -14,7 +14,7 @@ import torch
 from torchweld.codegen.depthwise import depthwise_parts
 from torchweld.codegen.kernel import LOWP_PRELUDE, PRELUDE, STORAGE
 from torchweld.interp import run_graph
-from torchweld.plan import Plan
+from torchweld.ir import Plan
 
 GXX = shutil.which("g++")
 SENTINEL = -7777.0

@@ -13,7 +13,7 @@ import torch.nn as nn
 from cuda_emu import GXX, emulated_model, write_problem
 from helpers import Fn
 from torchweld.capture import capture
-from torchweld.conv_fold import FOLD
+from torchweld.simplify.conv_fold import FOLD
 from torchweld.interp import run_graph
 from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_problem
@@ -316,7 +316,7 @@ def test_a_packed_weight_holds_the_weight_it_was_packed_from():
     """`_tw_conv` keys its channels-last copy on (id, address, version) and holds the source, so a
     weight folded again later (a new tensor, version 0, maybe at the same address) never takes a
     freed one's id and with it the stale copy."""
-    from torchweld.runtime_template import CONV_RUNTIME
+    from torchweld.emit.runtime_template import CONV_RUNTIME
 
     scope = {"torch": torch}
     exec(CONV_RUNTIME, scope)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from cuda_emu import GXX, emulated_model, force_conv_layout, write_problem
 from helpers import kernels
 from torchweld.codegen.tiled import tiling
-from torchweld.conv_layout import conv_layouts
+from torchweld.plan.conv_layout import conv_layouts
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_problem
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
 from helpers import kernels
 from torchweld.cli import main
-from torchweld.lt_epilogue import GemmSite, lt_decisions, lt_sites
+from torchweld.plan.gemm_sites import GemmSite, lt_decisions, lt_sites
 from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_problem
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from helpers import Fn, graphs
 from torchweld.capture import capture
 from torchweld.interp import run_graph
-from torchweld.reduce_rewrites import reduce_rewrites
+from torchweld.simplify.reduce_rewrites import reduce_rewrites
 
 # (name, fn, input shapes, param shapes, ops after the pass, words of its log line); "aten.x" is a
 # call kept in PyTorch, a bare name a fused op. Each fn is a realistic use of the rewrite.

@@ -15,7 +15,7 @@ import torch
 
 from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
 from torchweld.emit import reusable
-from torchweld.gemm_pack import packed_weights
+from torchweld.plan.gemm_pack import packed_weights
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_problem
 

@@ -143,7 +143,7 @@ def test_emitted_chain_source():
 
 def test_layout_grows_a_row_for_two_cached_values():
     """fp16 rows of 4096 with two values cached: twice the threads a row, so both fit in registers."""
-    from torchweld.codegen.reduce_layout import layout
+    from torchweld.tiling import layout
 
     one, two = layout(64, 4096, 1, 8, True, 1), layout(64, 4096, 1, 8, True, 2)
     assert one.cache and two.cache and two.ty == 2 * one.ty

@@ -33,7 +33,7 @@ def _compile(args) -> int:
         print("no CUDA GPU here: the file was written but not built, checked or timed "
               "(run `torchweld check PROBLEM OUT` on a GPU machine)")
         return 0
-    from torchweld.firstcheck import first_check
+    from torchweld.judge.first import first_check
 
     report = first_check(problem, out, trials=3, tf32=args.precision == "tf32")
     print(report.text())

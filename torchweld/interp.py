@@ -5,9 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from torchweld.codegen.ops import py_lit, torch_expr
-from torchweld.conv_fold import FOLD, fold_spec
+from torchweld.simplify.conv_fold import FOLD, fold_spec
 from torchweld.ir import Graph, Ref
-from torchweld.runtime_template import FOLD_RUNTIME
+from torchweld.emit.runtime_template import FOLD_RUNTIME
 
 
 def _resolve(target: str):

@@ -28,6 +28,8 @@ LIBRARY = frozenset({
 # that may also hold a pointwise prologue (recomputed per read) and epilogue (on its result).
 REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "prod", "argmax", "argmin", "vector_norm",
                        "var", "std"})
+# Reductions whose value a row epilogue may read (argmax/argmin give indices).
+ROW_OPS = REDUCTION - {"argmax", "argmin"}
 ROWWISE = frozenset({"softmax", "log_softmax", "cumsum"})
 # A reduction's second result (max's values, var_mean's mean): made by its anchor's kernel.
 AUX = "reduce_aux"
@@ -131,6 +133,29 @@ class Graph:
 
     def __str__(self) -> str:
         return format_graph(self)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One fused kernel: member nodes in order, tensors read, values written, iteration shape."""
+
+    name: str
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input; depthwise: its output's
+    kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue; "depthwise": conv + epilogue
+    anchor: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    graph: Graph
+    kernels: tuple[Kernel, ...]
+    steps: tuple[str, ...]  # execution order: node names (run in PyTorch) and kernel names
+
+    def kernel(self, name: str) -> Kernel | None:
+        return next((k for k in self.kernels if k.name == name), None)
 
 
 def short_dtype(dtype: str) -> str:

@@ -8,21 +8,11 @@ import torch
 
 from torchweld.capture import capture
 from torchweld.emit import emit, emit_passthrough
-from torchweld.ir import Graph
-from torchweld.plan import Plan, plan
+from torchweld.ir import Graph, Plan
+from torchweld.options import Options, Precision  # noqa: F401  (callers take Options from here too)
+from torchweld.plan import plan
 from torchweld.problem import Problem, ProblemError, load_problem
 from torchweld.simplify import simplify
-
-
-@dataclass(frozen=True)
-class Options:
-    """Everything the pipeline can be asked to do differently."""
-
-    dump: bool = False  # keep the graph after every pass (for `explain`)
-    seed: int = 0  # RNG seed for building the model whose graph is captured
-    precision: str = "fp32"  # or "tf32": cuBLAS/cuDNN may use TF32 for fp32 data (said in the file's header)
-    layout_plan: bool = True  # convolutions run in the layout measured fastest at their first call
-    cuda_graph: bool = False  # replay the fast path as a CUDA graph (terms in the file's header)
 
 
 @dataclass

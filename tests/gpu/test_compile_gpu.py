@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchweld.firstcheck import first_check
+from torchweld.judge.first import first_check
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_module, load_problem
 

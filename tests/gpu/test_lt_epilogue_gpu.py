@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchweld.firstcheck import compare, fp32_mode
-from torchweld.lt_epilogue import lt_sites
+from torchweld.judge.first import compare, fp32_mode
+from torchweld.plan.gemm_sites import lt_sites
 from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_module, load_problem
 

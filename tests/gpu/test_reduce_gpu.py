@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchweld.firstcheck import fp32_mode
+from torchweld.judge.first import fp32_mode
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_module, load_problem
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchweld.firstcheck import compare, fp32_mode
+from torchweld.judge.first import compare, fp32_mode
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_module, load_problem
 

@@ -12,7 +12,7 @@ from math import prod
 from torchweld.codegen.kernel import STORAGE
 from torchweld.codegen.ops import lit
 from torchweld.ir import Ref
-from torchweld.plan import Kernel, ancestors_in
+from torchweld.ir import Kernel, ancestors_in
 
 
 def batch_norm_source(k: Kernel, nodes) -> str:

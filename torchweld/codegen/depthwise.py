@@ -14,132 +14,12 @@ The two phases are device functions (`<k>_load`, `<k>_compute`) that the kernel 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from torchweld.codegen.kernel import STORAGE
 from torchweld.codegen.reduce import _Stage, _assemble, _header, params
-from torchweld.ir import Node
-from torchweld.plan import Kernel
-
-THREADS = 256  # threads a block aims at
-SMEM_BUDGET = 32 * 1024  # bytes of shared memory a block aims under (several blocks share an SM)
-SMEM_MAX = 48 * 1024  # static shared memory a kernel may declare
-MAX_REG_TAPS = 64  # weights held in registers; more: read from shared memory per tap
-MAX_SEGMENT = 40  # floats of one input row a thread holds in registers
-MAX_MULTIPLIER = 4  # output channels per input channel (a block computes them all in turn)
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """A depthwise convolution in 2d terms (a 1d one has H = KH = 1): sizes, kernel, stride, padding, dilation."""
-
-    N: int
-    C: int  # input channels = groups
-    M: int  # output channels per input channel
-    H: int
-    W: int
-    OH: int
-    OW: int
-    KH: int
-    KW: int
-    SH: int = 1
-    SW: int = 1
-    PH: int = 0  # input rows before output row 0's window (negative: it starts inside the input)
-    PW: int = 0
-    DH: int = 1
-    DW: int = 1
-
-
-def geometry(a: Node, nodes: dict[str, Node]) -> Geometry:
-    x, w = nodes[a.args[0]], nodes[a.args[1]]
-    lead = 2 if len(x.shape) == 3 else 0  # a 1d convolution: height 1, no padding, stride and dilation 1
-
-    def two(key, fill):
-        return (fill,) * (lead // 2) + tuple(a.attr(key))
-
-    (SH, SW), (PH, PW), (DH, DW) = two("stride", 1), two("padding", 0), two("dilation", 1)
-    if a.attr("window") is not None:  # an output window (window.py): it starts further into the input
-        (WH, WW) = (0,) * (lead // 2) + tuple(a.attr("window"))
-        PH, PW = PH - WH * SH, PW - WW * SW
-    H, W = (1,) * (lead // 2) + tuple(x.shape[2:])
-    OH, OW = (1,) * (lead // 2) + tuple(a.shape[2:])
-    KH, KW = (1,) * (lead // 2) + tuple(w.shape[2:])
-    N, C = x.shape[:2]
-    return Geometry(N, C, a.shape[1] // C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW)
-
-
-@dataclass(frozen=True)
-class Tiling:
-    """How blocks and threads cover the output; sizes in elements, shared memory in floats."""
-
-    VH: int  # output rows a thread computes
-    VW: int  # consecutive output columns a thread computes
-    TX: int  # threads across a tile
-    TY: int  # threads down a tile
-    PB: int  # planes a block holds (small planes share a block)
-    tiles_h: int
-    tiles_w: int
-    IH: int  # input tile rows
-    IWP: int  # input tile row pitch (a multiple of 4)
-    RH: int  # input rows one thread reads
-    LS: int  # floats of one input row a thread reads (`regs`)
-    regs: bool  # weights in registers, each row segment read once; else per tap from shared memory
-    vec: bool  # row segments read as 16-byte vectors
-
-    @property
-    def threads(self) -> int:
-        return self.TX * self.TY * self.PB
-
-    @property
-    def tile(self) -> int:
-        return self.IH * self.IWP
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _smem(g: Geometry, t: Tiling) -> int:
-    return 4 * t.PB * (t.tile + g.M * (g.KH * g.KW + 1))
-
-
-def _tiling(g: Geometry, VH: int, VW: int, TX: int, TY: int, PB: int) -> Tiling:
-    seg = (VW - 1) * g.SW + (g.KW - 1) * g.DW + 1
-    vec = VW * g.SW % 4 == 0
-    LS = _cdiv(seg, 4) * 4 if vec else seg
-    regs = g.KH * g.KW <= MAX_REG_TAPS and LS <= MAX_SEGMENT
-    cols, rows = _cdiv(g.OW, VW), _cdiv(g.OH, VH)
-    tiles_w, tiles_h = _cdiv(cols, TX), _cdiv(rows, TY)
-    TX, TY = _cdiv(cols, tiles_w), _cdiv(rows, tiles_h)  # the same work in every tile
-    IH = (TY * VH - 1) * g.SH + (g.KH - 1) * g.DH + 1
-    IWP = _cdiv((TX - 1) * VW * g.SW + (LS if regs else seg), 4) * 4
-    RH = (VH - 1) * g.SH + (g.KH - 1) * g.DH + 1
-    return Tiling(VH, VW, TX, TY, PB, tiles_h, tiles_w, IH, IWP, RH, LS, regs, vec and regs)
-
-
-def tiling(g: Geometry) -> Tiling | None:
-    """Tile sizes for `g`: about THREADS threads a block, shared memory under SMEM_BUDGET where it
-    can be; None where even one thread's tile needs more than SMEM_MAX."""
-    if g.H * g.W >= 2**31 or g.OH * g.OW >= 2**31:
-        return None
-    VW = 4 if g.OW >= 8 else 2 if g.OW >= 2 else 1
-    VH = 4 if g.OH >= 8 else 2 if g.OH >= 2 else 1
-    if not _tiling(g, 1, VW, 1, 1, 1).regs:
-        VH = 1  # NOTE: weights are read per tap: rows of outputs share no reads
-    cols, rows = _cdiv(g.OW, VW), _cdiv(g.OH, VH)
-    TX = min(cols, THREADS // min(rows, 8))
-    TY = min(rows, THREADS // TX)
-    t = _tiling(g, VH, VW, TX, TY, 1)
-    while _smem(g, t) > SMEM_BUDGET and t.TX * t.TY > 1:
-        TY, TX = (_cdiv(t.TY, 2), t.TX) if t.TY > 1 else (1, _cdiv(t.TX, 2))
-        t = _tiling(g, VH, VW, TX, TY, 1)
-    if _smem(g, t) > SMEM_MAX:
-        return None
-    if t.tiles_h * t.tiles_w == 1:  # whole planes: several to a block when they are small
-        pb = max(1, min(g.N * g.C, THREADS // 2 // (t.TX * t.TY), SMEM_BUDGET // _smem(g, t)))
-        t = replace(t, PB=pb)
-    return t
-
+from torchweld.ir import Kernel, Node
+from torchweld.tiling import Geometry, Tiling, cdiv, geometry, smem_bytes, tiling
 
 def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     """(the two phases as device functions, the kernel and its launcher, geometry, tiling)."""
@@ -165,10 +45,10 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
             f"  const {IT} p0 = ({IT})(blk / {tiles}u) * {t.PB}{itype};",
             f"  const int ih0 = (int)(tile / {t.tiles_w}u) * {t.TY * t.VH * g.SH} + {-g.PH}, "
             f"iw0 = (int)(tile % {t.tiles_w}u) * {t.TX * t.VW * g.SW} + {-g.PW};"]
-    iters = _cdiv(t.PB * TILE, t.threads)
+    iters = cdiv(t.PB * TILE, t.threads)
     ch = min(iters, 16)  # NOTE: loads in batches, then their stores: a batch's loads are in flight at once
     total = t.PB * TILE
-    whole = _cdiv(iters, ch) * ch * t.threads == total
+    whole = cdiv(iters, ch) * ch * t.threads == total
     inside = ([] if whole else [f"i < {total}"]) + [f"(unsigned)ih < {g.H}u", f"(unsigned)iw < {g.W}u"] + (
         [f"p0 + pl < {planes}{itype}"] if planes % t.PB else [])
     load += ["#pragma unroll 1", f"  for (int j0 = 0; j0 < {iters}; j0 += {ch}) {{",
@@ -212,11 +92,11 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     comp += _epilogue(k, nodes, st, a, g, t, IT, itype) + ["  }", "}", ""]
 
     args = ", ".join([f"in_{n}" for n in k.inputs] + [f"out_{o}" for o in k.outputs])
-    body = [f"  __shared__ __align__(16) float sm[{_smem(g, t) // 4}];",
+    body = [f"  __shared__ __align__(16) float sm[{smem_bytes(g, t) // 4}];",
             f"  {k.name}_load({args}, sm, blockIdx.x, threadIdx.x);",
             "  __syncthreads();",
             f"  {k.name}_compute({args}, sm, blockIdx.x, threadIdx.x);"]
-    blocks = _cdiv(planes, t.PB) * tiles
+    blocks = cdiv(planes, t.PB) * tiles
     return "\n".join(load + comp), _assemble(k, nodes, body, t.threads, blocks), g, t
 
 

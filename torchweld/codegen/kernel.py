@@ -11,11 +11,11 @@ from math import prod
 
 from torchweld.codegen.ops import cuda_expr, lit
 from torchweld.ir import Graph, Node, Ref
-from torchweld.plan import Kernel
+from torchweld.ir import Kernel
 
 STORAGE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double", "bool": "bool",
            "int64": "long long"}
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "bool": 1, "int64": 8}
+from torchweld.tiling import ITEMSIZE  # noqa: F401  (codegen modules take it from here)
 THREADS = 256
 
 # 16-bit loads and stores, included only where a kernel touches fp16/bf16 data.

@@ -25,7 +25,7 @@ from math import prod
 from torchweld.codegen.kernel import STORAGE, compute_type, own_strides
 from torchweld.codegen.ops import cuda_expr
 from torchweld.ir import Node
-from torchweld.plan import Kernel, ancestors_in
+from torchweld.ir import Kernel, ancestors_in
 
 THREADS = 256
 UNROLL = 64  # fixed windows up to this many positions are unrolled

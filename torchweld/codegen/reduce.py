@@ -16,11 +16,11 @@ from math import prod
 
 from torchweld.codegen.kernel import ITEMSIZE, STORAGE, coalesce, compute_type, index_expr, is_contiguous
 from torchweld.codegen.ops import cuda_expr, lit
-from torchweld.codegen.reduce_layout import Layout, layout
+from torchweld.tiling import Layout, layout
 from torchweld.codegen.reduce_stats import Stats, nstats
 from torchweld.ir import Node, Ref, format_node, reduce_geometry
-from torchweld.plan import Kernel, ancestors_in
-from torchweld.rows import is_row_kernel
+from torchweld.ir import Kernel, ancestors_in
+from torchweld.plan.rows import is_row_kernel
 
 # Anchors that write a value per element of their input (the rest write one per output).
 FULL = frozenset({"softmax", "log_softmax", "layer_norm", "group_norm", "instance_norm"})

@@ -17,10 +17,10 @@ import re
 
 from torchweld.codegen.kernel import ITEMSIZE, STORAGE, compute_type
 from torchweld.codegen.reduce import _dedupe_loads, _Gen
-from torchweld.codegen.reduce_layout import Layout, layout
+from torchweld.tiling import Layout, layout
 from torchweld.codegen.reduce_stats import Stats
 from torchweld.ir import AUX, Node
-from torchweld.plan import Kernel
+from torchweld.ir import Kernel
 
 AUX_VALUE = {"max": "v", "min": "v", "mean": "m2 != m2 ? m2 : mean"}  # NOTE: as _Gen.results
 # NOTE: an fp16/bf16 result is what eager (and a kernel storing it) holds: rounded once, then read in fp32

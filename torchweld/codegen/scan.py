@@ -10,9 +10,9 @@ from __future__ import annotations
 from math import prod
 
 from torchweld.codegen.kernel import STORAGE
-from torchweld.codegen.reduce_layout import pow2ceil
+from torchweld.tiling import pow2ceil
 from torchweld.ir import reduce_geometry
-from torchweld.plan import Kernel, ancestors_in
+from torchweld.ir import Kernel, ancestors_in
 
 E = 4  # consecutive elements a thread scans in each tile
 

@@ -17,8 +17,8 @@ from math import prod
 from torchweld.codegen.kernel import (ITEMSIZE, STORAGE, THREADS, _arg, _cname, _header, _params, compute_type,
                                       index_expr, operands, own_strides, reach, vec_class)
 from torchweld.codegen.ops import cuda_expr
-from torchweld.codegen.reduce_layout import pow2ceil
-from torchweld.plan import Kernel
+from torchweld.tiling import pow2ceil
+from torchweld.ir import Kernel
 
 SMEM = 40 * 1024  # bytes of tiles a block may hold (the static limit is 48 KiB)
 

@@ -15,7 +15,7 @@ from torchweld.codegen.pool import dense_strides, memory_order, out_strides, poo
 from torchweld.codegen.tiled import aligned as tiled_aligned
 from torchweld.codegen.tiled import tiled_source, tiling
 from torchweld.ir import Graph
-from torchweld.plan import Kernel
+from torchweld.ir import Kernel
 
 
 def supported(k: Kernel, graph: Graph, alt: dict[str, tuple]) -> bool:

@@ -13,14 +13,14 @@ from torchweld.codegen.pool import memory_order, out_strides
 from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.codegen.reduce import reduce_launch, reduce_traffic
 from torchweld.codegen.variants import variant_aligned, variant_name
-from torchweld.conv_fold import FOLD, describe_stages, fold_call, fold_header, fold_source
-from torchweld.conv_layout import FORMATS, ConvLayouts, conv_layouts, moved
+from torchweld.simplify.conv_fold import FOLD, describe_stages, fold_call, fold_header, fold_source
+from torchweld.plan.conv_layout import FORMATS, ConvLayouts, conv_layouts, moved
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
-from torchweld.epilogue import VIEWS
-from torchweld.gemm_pack import packed_weights
-from torchweld.lt_epilogue import GemmSite, describe_decision, lt_decisions, lt_sites
-from torchweld.plan import Kernel, Plan
-from torchweld.runtime_template import (CONV_RUNTIME, FOLD_RUNTIME, GRAPH_RUNTIME, LT_RUNTIME, PACK_RUNTIME, RUNTIME, TF32_RUNTIME,
+from torchweld.simplify.library_bias import VIEWS
+from torchweld.plan.gemm_pack import packed_weights
+from torchweld.plan.gemm_sites import GemmSite, describe_decision, lt_decisions, lt_sites
+from torchweld.ir import Kernel, Plan
+from torchweld.emit.runtime_template import (CONV_RUNTIME, FOLD_RUNTIME, GRAPH_RUNTIME, LT_RUNTIME, PACK_RUNTIME, RUNTIME, TF32_RUNTIME,
                                         TIMING_RUNTIME)
 
 CONV = "aten.convolution.default"

@@ -1,18 +1,11 @@
-"""Simplify: rewrites that hold on every input the reference accepts (NaN and inf included).
-
-Each pass is a pure function Graph -> Graph that appends what it changed to `graph.log`.
-Only floating-point pointwise nodes are rewritten: integer tensors never reach the fuser.
-NOTE: reduce_rewrites.py is the one exception to "every input": it reassociates sums (fp32/fp64
-only), so it holds up to rounding on finite inputs and may turn the reference's inf - inf into inf.
-"""
+"""Local rewrite rules on pointwise nodes, and the generic passes (dead code, CSE, in-place updates)."""
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 from typing import Callable
 
-from torchweld.ir import COMPARISONS, FLOAT_DTYPES, Graph, Node, Ref, broadcasts_to, format_node, map_refs
-from torchweld.rows import ROW_OPS
+from torchweld.ir import COMPARISONS, FLOAT_DTYPES, ROW_OPS, Graph, Node, Ref, broadcasts_to, format_node, map_refs
 
 Rewrite = Callable[[Node, "Ctx"], "Node | Ref | None"]
 
@@ -244,37 +237,3 @@ def in_place_update(graph: Graph) -> Graph:
         nodes.append(n)
     nodes = [n for n in nodes if n.name not in drop]
     return replace(graph, nodes=tuple(nodes)).with_log(*log)
-
-
-from torchweld.algebra import collect_linear  # noqa: E402  (uses the helpers above)
-
-from torchweld.conv_fold import fold_conv_affine  # noqa: E402
-from torchweld.epilogue import fold_library_bias  # noqa: E402
-from torchweld.window import fold_depthwise_crop  # noqa: E402
-
-from torchweld.reduce_rewrites import reduce_rewrites  # noqa: E402
-
-PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
-    ("dead_code", dead_code),
-    ("fold_depthwise_crop", fold_depthwise_crop),  # NOTE: a causal conv's crop first, so the ops after it fold too
-    # NOTE: before the rest: it matches batch norm as capture wrote it, and a reduce rewrite may apply to the folded conv
-    ("fold_conv_affine", fold_conv_affine),
-    ("reduce_rewrites", reduce_rewrites),  # NOTE: before fold_library_bias, which would move the bias it reads
-    ("fold_library_bias", fold_library_bias),
-    ("in_place", in_place_update),
-    ("canonical", lambda g: apply_rules(g, [_keepdim_view, _fill_constants, _identity, _functional_copy, _canonical],
-                                        "rule")),
-    ("cse", cse),
-    ("collect_linear", collect_linear),
-    ("canonical2", lambda g: apply_rules(g, [_identity, _canonical], "rule")),
-    ("fma", lambda g: apply_rules(g, [_fma], "fma")),
-]
-
-
-def simplify(graph: Graph, dump: Callable[[str, Graph], None] | None = None) -> Graph:
-    """Run every pass in order; `dump(name, graph)` sees the graph after each one."""
-    for name, fn in PASSES:
-        graph = fn(graph)
-        if dump is not None:
-            dump(name, graph)
-    return graph

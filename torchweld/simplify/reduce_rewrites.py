@@ -327,7 +327,7 @@ def _matmul(red: Reduction, chain: Chain, nodes: dict):
 
 def reduce_rewrites(graph: Graph) -> Graph:
     """Every fp32/fp64 sum or mean over a conv or matmul (through single-reader adds and views)."""
-    from torchweld.simplify import dead_code
+    from torchweld.simplify.rules import dead_code
 
     nodes, users = graph.by_name(), graph.users()
     out, log = [], []

@@ -10,37 +10,12 @@ A depthwise convolution becomes a kernel of kind "depthwise" with an epilogue on
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from torchweld.ir import (AUX, COMPARISONS, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Node, Ref, ancestors_in,
-                          broadcasts_to, reduce_geometry)
-from torchweld.rows import is_row_kernel, members_ok, row_anchor
+from torchweld.ir import (AUX, COMPARISONS, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Kernel, Node, Plan, Ref,
+                          ancestors_in, broadcasts_to, reduce_geometry)
+from torchweld.plan.rows import is_row_kernel, members_ok, row_anchor
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
 NEVER_FUSED = frozenset({"input", "param", "aten", "getitem"})
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One fused kernel: member nodes in order, tensors read, values written, iteration shape."""
-
-    name: str
-    nodes: tuple[str, ...]
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input; depthwise: its output's
-    kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue; "depthwise": conv + epilogue
-    anchor: str = ""
-
-
-@dataclass(frozen=True)
-class Plan:
-    graph: Graph
-    kernels: tuple[Kernel, ...]
-    steps: tuple[str, ...]  # execution order: node names (run in PyTorch) and kernel names
-
-    def kernel(self, name: str) -> Kernel | None:
-        return next((k for k in self.kernels if k.name == name), None)
 
 
 def fusible(n: Node) -> bool:
@@ -273,7 +248,7 @@ def _pool_kernel(name: str, members: list[str], anchor: str, g: _Groups) -> Kern
 def _depthwise_kernel(name: str, members: list[str], anchor: str, g: _Groups) -> Kernel | None:
     """The convolution and its epilogue, where the kernel has a tiling for its shapes; else None
     (the convolution then runs in PyTorch)."""
-    from torchweld.codegen.depthwise import geometry, tiling  # NOTE: here: codegen imports this module
+    from torchweld.tiling import geometry, tiling
 
     nodes = g.nodes
     a = nodes[anchor]
@@ -313,41 +288,3 @@ def _schedule(graph: Graph, unit_of: dict[str, str]) -> tuple[str, ...]:
         else:
             raise AssertionError("cycle in kernel plan")
     return tuple(steps)
-
-
-def describe(plan_: Plan) -> str:
-    """The plan as Python: library calls as they are, each kernel as one call, ops underneath."""
-    from torchweld.ir import format_node
-    from torchweld.lt_epilogue import describe_decision, lt_decisions
-
-    nodes = plan_.graph.by_name()
-    lt = lt_decisions(plan_)
-    lines = ["def forward(...):"]
-    for step in plan_.steps:
-        k = plan_.kernel(step)
-        if k is None:
-            n = nodes[step]
-            if n.op in ("input", "param"):
-                continue
-            note = "  [library]" if n.target in _library_targets() else ""
-            lines.append("    " + format_node(n) + note)
-            continue
-        shape = "x".join(map(str, k.shape))
-        lines.append(f"    {', '.join(k.outputs)} = {k.name}({', '.join(k.inputs)})"
-                     f"  # fused: {len(k.nodes)} ops over {shape}")
-        for m in k.nodes:
-            lines.append("        # " + format_node(nodes[m]).split("  #")[0])
-        if k.name in lt:
-            lines.append("        # " + describe_decision(lt[k.name]))
-    outs = ", ".join(plan_.graph.outputs)
-    lines.append(f"    return {outs}")
-    return "\n".join(lines)
-
-
-def _library_targets():
-    from torchweld.ir import LIBRARY
-
-    return LIBRARY
-
-
-__all__ = ["Kernel", "Plan", "plan", "can_fuse", "describe", "NEVER_FUSED", "Ref"]

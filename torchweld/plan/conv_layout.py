@@ -16,7 +16,7 @@ import torch
 
 from torchweld.codegen.kernel import own_strides
 from torchweld.ir import Node, map_refs
-from torchweld.plan import Kernel, Plan
+from torchweld.ir import Kernel, Plan
 
 CONV = "aten.convolution.default"
 FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}

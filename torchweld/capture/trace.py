@@ -10,9 +10,9 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
-from torchweld.capture_conv import depthwise_nodes
-from torchweld.capture_norm import anchor_nodes
-from torchweld.capture_pool import pool_nodes, spatial_reduction_as_pool
+from torchweld.capture.conv import depthwise_nodes
+from torchweld.capture.norm import anchor_nodes
+from torchweld.capture.pooling import pool_nodes, spatial_reduction_as_pool
 from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref
 
 

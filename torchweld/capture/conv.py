@@ -11,7 +11,7 @@ from math import prod
 
 import torch
 
-from torchweld.codegen.depthwise import MAX_MULTIPLIER, geometry, tiling
+from torchweld.tiling import MAX_MULTIPLIER, geometry, tiling
 from torchweld.ir import Node, Ref
 
 KERNEL_DTYPES = ("float32", "float16", "bfloat16")

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.ir import AUX, REDUCTION, Node, Ref, ancestors_in, broadcasts_to, reduce_geometry
+from torchweld.tiling import ITEMSIZE, layout
+from torchweld.ir import AUX, ROW_OPS, Node, Ref, ancestors_in, broadcasts_to, reduce_geometry
 
-# Reductions whose value a row epilogue may read (argmax/argmin give indices).
-ROW_OPS = REDUCTION - {"argmax", "argmin"}
 # Reductions of the same rows one kernel may chain: each is one more pass over the row.
 MAX_ANCHORS = 4
 
@@ -49,8 +48,6 @@ def compatible(a: Node, b: Node, nodes: dict[str, Node]) -> bool:
 
 def splits(a: Node, nodes: dict[str, Node]) -> bool:
     """Few long rows: the reduce layout would split each over several blocks (a chain cannot)."""
-    from torchweld.codegen.kernel import ITEMSIZE
-    from torchweld.codegen.reduce_layout import layout
 
     x = nodes[a.args[0]]
     O, R, I = reduce_geometry(a, tuple(x.shape))

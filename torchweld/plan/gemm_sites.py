@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from torchweld.epilogue import VIEWS
+from torchweld.simplify.library_bias import VIEWS
 from torchweld.ir import Node, Ref
 
 ACTIVATIONS = {"relu": False, "gelu_tanh": True}  # fused op -> _addmm_activation's use_gelu

@@ -133,6 +133,6 @@ def _rebuild(root: Node, form: _Form, nodes: dict) -> list[Node]:
 
 
 def dead_code_keep(graph: Graph) -> Graph:
-    from torchweld.simplify import dead_code
+    from torchweld.simplify.rules import dead_code
 
     return dead_code(graph)

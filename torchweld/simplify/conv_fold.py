@@ -173,7 +173,7 @@ def has_shift(bias, stages) -> bool:
 
 
 def fold_conv_affine(graph: Graph) -> Graph:
-    from torchweld.simplify import dead_code
+    from torchweld.simplify.rules import dead_code
 
     nodes, users = graph.by_name(), graph.users()
     out, log, dropped = [], [], set()
