@@ -316,10 +316,10 @@ def test_a_packed_weight_holds_the_weight_it_was_packed_from():
     """`_tw_conv` keys its channels-last copy on (id, address, version) and holds the source, so a
     weight folded again later (a new tensor, version 0, maybe at the same address) never takes a
     freed one's id and with it the stale copy."""
-    from torchweld.emit.runtime_template import CONV_RUNTIME
+    from torchweld.emit.runtime import pasted
 
     scope = {"torch": torch}
-    exec(CONV_RUNTIME, scope)
+    exec(pasted("conv"), scope)
     scope["_tw_pick"] = lambda x, w, args, fmt, to=None: ((fmt, False), [])
     module, x = nn.Module(), torch.randn(2, 3, 6, 6)
     for _ in range(3):

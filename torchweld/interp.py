@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torchweld.codegen.ops import py_lit, torch_expr
 from torchweld.simplify.conv_fold import FOLD, fold_spec
 from torchweld.ir import Graph, Ref
-from torchweld.emit.runtime_template import FOLD_RUNTIME
+from torchweld.emit.runtime import pasted
 
 
 def _resolve(target: str):
@@ -18,9 +18,9 @@ def _resolve(target: str):
 
 
 def _fold_make():
-    """The emitted file's own fold (runtime_template.FOLD_RUNTIME), so tests check the code that runs."""
+    """The emitted file's own fold (runtime/fold.py), so tests check the code that runs."""
     scope = {"torch": torch}
-    exec(FOLD_RUNTIME, scope)  # noqa: S102 (our own template)
+    exec(pasted("fold"), scope)  # noqa: S102 (our own template)
     return scope["_tw_fold_make"]
 
 

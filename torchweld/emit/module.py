@@ -7,21 +7,18 @@ from math import prod
 
 import torch
 
-from torchweld.codegen.kernel import (ITEMSIZE, contiguous_strides, is_contiguous, module_source, operands, vec_class,
-                                     vector_width)
-from torchweld.codegen.pool import memory_order, out_strides
-from torchweld.codegen.ops import py_lit, torch_expr
-from torchweld.codegen.reduce import reduce_launch, reduce_traffic
-from torchweld.codegen.variants import variant_aligned, variant_name
+from torchweld.codegen import (contiguous_strides, is_contiguous, memory_order, module_source, operands, out_strides,
+                               py_lit, reduce_launch, reduce_traffic, torch_expr, variant_aligned, variant_name,
+                               vec_class, vector_width)
 from torchweld.simplify.conv_fold import FOLD, describe_stages, fold_call, fold_header, fold_source
 from torchweld.plan.conv_layout import FORMATS, ConvLayouts, conv_layouts, moved
 from torchweld.ir import LIBRARY, Graph, Node, Ref, flat_args, format_node
+from torchweld.tiling import ITEMSIZE
 from torchweld.simplify.library_bias import VIEWS
 from torchweld.plan.gemm_pack import packed_weights
 from torchweld.plan.gemm_sites import GemmSite, describe_decision, lt_decisions, lt_sites
 from torchweld.ir import Kernel, Plan
-from torchweld.emit.runtime_template import (CONV_RUNTIME, FOLD_RUNTIME, GRAPH_RUNTIME, LT_RUNTIME, PACK_RUNTIME, RUNTIME, TF32_RUNTIME,
-                                        TIMING_RUNTIME)
+from torchweld.emit.runtime import pasted
 
 CONV = "aten.convolution.default"
 PRECISIONS = ("fp32", "tf32")
@@ -778,22 +775,22 @@ def emit(plan: Plan, source: str, problem_name: str, layout_plan: bool = True, p
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, plan.graph).workspace > 0)
               for k in plan.kernels}
     n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in plan.kernels if layouts.of(k)})
-    out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", RUNTIME.strip(), ""]
+    out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", pasted("build"), ""]
     lt = lt_sites(plan)
     if layout_plan or lt:
-        out += ["", TIMING_RUNTIME.strip(), ""]
+        out += ["", pasted("timing"), ""]
     if layout_plan:
-        out += ["", CONV_RUNTIME.strip(), ""]
+        out += ["", pasted("conv"), ""]
     if lt:
-        out += ["", LT_RUNTIME.strip(), ""]
+        out += ["", pasted("gemm_ways"), ""]
     if any(n.op == FOLD for n in plan.graph.nodes):
-        out += ["", FOLD_RUNTIME.strip(), ""]
+        out += ["", pasted("fold"), ""]
     if packed_weights(plan.graph):
-        out += ["", PACK_RUNTIME.strip(), ""]
+        out += ["", pasted("pack"), ""]
     if precision == "tf32":
-        out += ["", TF32_RUNTIME.strip(), ""]
+        out += ["", pasted("tf32"), ""]
     if cuda_graph:
-        out += ["", GRAPH_RUNTIME.strip(), ""]
+        out += ["", pasted("graph"), ""]
     made = frozenset(o for k in plan.kernels for o in k.outputs)
     into = {o: dst for o, (_, dst) in copies_into(plan).items()}
     out += [_wrapper(k, plan.graph, layouts.of(k), made, into) + "\n\n" for k in plan.kernels]

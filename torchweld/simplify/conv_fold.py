@@ -14,7 +14,7 @@ left. NOTE: PyTorch adds a library convolution's bias in a pass of its own, so t
 where the fold leaves a bias and nothing follows; fold_library_bias moves it into a kernel that does.
 
 W' and b' are not parameters: the state dict stays the original's. The emitted file computes them
-at run time (`_tw_fold` in runtime_template.py), in float64 rounded once to the weight's dtype,
+at run time (`_tw_fold` in runtime/fold.py), in float64 rounded once to the weight's dtype,
 once per version and address of every tensor they come from, so an optimizer step or
 load_state_dict folds again. The batch norm's mode is in forward's guard (emit._norm_modes): in
 training mode the original forward runs.

@@ -1,0 +1,14 @@
+"""Set and restore the TF32 permission of cuBLAS and cuDNN.
+
+Everything below the `pasted from here` line is pasted into emitted files (which need PyTorch
+alone) by emit/runtime.py; above it, what makes this a module of its own.
+"""
+import torch
+
+# pasted into files compiled with `--precision tf32` only.
+# --- pasted from here ---
+def _tw_tf32(flags):
+    """Set (cuBLAS, cuDNN) TF32 permission; returns the settings it replaced."""
+    was = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+    return was
