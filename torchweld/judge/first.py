@@ -5,6 +5,7 @@ Like the judge, it compares and times under strict fp32 (TF32 off for cuBLAS and
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -12,10 +13,8 @@ from pathlib import Path
 
 import torch
 
+from torchweld.judge.tolerance import TF32, Tol, compare_tensor
 from torchweld.problem import Problem, load_module
-
-TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-7, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-
 
 @dataclass
 class FirstCheck:
@@ -40,17 +39,19 @@ class FirstCheck:
 
 
 def compare(out, ref, tolerance: dict | None = None) -> tuple[bool, float, float, str]:
-    """allclose at the dtype's tolerance (`tolerance` overrides some); also the max abs and relative error."""
-    if not isinstance(out, torch.Tensor) or out.shape != ref.shape or out.dtype != ref.dtype:
-        got = (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out).__name__
-        return False, float("inf"), float("inf"), f"output {got} != reference {(tuple(ref.shape), ref.dtype)}"
-    tol = {**TOLERANCE, **(tolerance or {})}.get(ref.dtype, 0.0)
-    o, r = out.double(), ref.double()
-    diff = (o - r).abs()
-    max_abs = float(diff.nan_to_num(nan=float("inf")).max()) if diff.numel() else 0.0
-    rel = float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-30)) if diff.numel() else 0.0
-    ok = torch.allclose(out, ref, atol=tol, rtol=tol, equal_nan=True)
-    return ok, max_abs, rel, "" if ok else f"max abs error {max_abs:.3g} over tolerance {tol}"
+    """One output against the reference at the judge's table tolerance (judge/tolerance.py), where
+    `tolerance` maps a dtype to a Tol (or one number for atol and rtol) that replaces its row:
+    (ok, max abs error, relative error, why not)."""
+    tol = (tolerance or {}).get(getattr(ref, "dtype", None))
+    if tol is not None and not isinstance(tol, Tol):
+        tol = Tol(tol, tol)
+    if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor):
+        got = type(out).__name__ if not isinstance(out, torch.Tensor) else "a tensor"
+        return False, math.inf, math.inf, f"output {got} where the reference returns {type(ref).__name__}"
+    v = compare_tensor(out, ref, mode="table", tol=tol)
+    max_abs = math.inf if v["max_abs"] is None else v["max_abs"]
+    rel = math.inf if v["rel"] is None else v["rel"]
+    return v["ok"], max_abs, rel, v["why"]
 
 
 def _outputs(x):
@@ -118,9 +119,9 @@ def fp32_mode(tf32: bool):
 def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True, tf32: bool = False) -> FirstCheck:
     """Correct on `trials` fresh inputs, then eager/torch.compile/ModelNew times, all in strict fp32;
     `tf32`: the file was compiled with --precision tf32, so all three run with TF32 allowed and fp32
-    is held to 1e-3."""
+    is held to the table's TF32 row."""
     with fp32_mode(tf32):
-        return _first_check(problem, path, trials, timing, {torch.float32: 1e-3} if tf32 else {})
+        return _first_check(problem, path, trials, timing, {torch.float32: TF32} if tf32 else {})
 
 
 def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolerance: dict) -> FirstCheck:
