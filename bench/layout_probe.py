@@ -18,11 +18,11 @@ def main(argv: list[str]) -> int:
     import torch
 
     from torchweld.judge.first import _cuda, compare, time_ms
-    from torchweld.judge.guards import set_strict_fp32
+    from torchweld.judge.guards import set_fp32
     from torchweld.pipeline import Options, compile_problem
     from torchweld.problem import load_module, load_problem
 
-    set_strict_fp32(False)
+    set_fp32(False)
     out = Path(argv[0])
     roots = [Path(a) for a in argv[1:]] or [Path("problems")]
     files = sorted(f for r in roots for f in ([r] if r.is_file() else r.rglob("*.py")))

@@ -18,11 +18,11 @@ def main(argv: list[str]) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from torchweld.judge.first import _cuda, time_ms
-    from torchweld.judge.guards import set_strict_fp32
+    from torchweld.judge.guards import set_fp32
     from torchweld.pipeline import compile_problem
     from torchweld.problem import load_module, load_problem
 
-    set_strict_fp32(False)
+    set_fp32(False)
     tmp = Path(tempfile.mkdtemp())
     lines = []
     for f in map(Path, argv[1:]):

@@ -36,11 +36,11 @@ def main() -> int:
     import torch
 
     from torchweld.judge.first import _cuda
-    from torchweld.judge.guards import RealClocks, set_strict_fp32
+    from torchweld.judge.guards import RealClocks, set_fp32
     from torchweld.judge.timing import Timer
     from torchweld.problem import load_module, load_problem
 
-    set_strict_fp32(False)
+    set_fp32(False)
     problem = load_problem(args.problem)
     ref = problem.build_model(0).cuda()
     fns, row = {"eager": ref}, {"problem": str(args.problem), "variants": {}}

@@ -1,20 +1,22 @@
 """The first check `torchweld compile` runs on a GPU: build, compare on fresh inputs, time.
 
 The full judge is `torchweld check`; this is the quick look a user gets right after compiling.
-Like the judge, it compares and times under strict fp32 (TF32 off for cuBLAS and cuDNN).
+Like the judge, it compares and times under strict fp32 (TF32 off for cuBLAS and cuDNN), set by the
+judge's one switch (guards.fp32_mode), and grades with the judge's tolerance table.
 """
 from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from torchweld.judge.guards import fp32_mode
 from torchweld.judge.tolerance import TF32, Tol, compare_tensor
 from torchweld.problem import Problem, load_module
+
 
 @dataclass
 class FirstCheck:
@@ -93,27 +95,6 @@ def time_interleaved(fns: dict, input_sets, reps: int = 30) -> dict[str, float]:
 def _l2_bytes() -> int:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
-
-
-@contextmanager
-def fp32_mode(tf32: bool):
-    """TF32 off for cuBLAS and cuDNN (as the judge runs), or on for files compiled with
-    --precision tf32; the previous settings restored after.
-
-    NOTE: a rewrite may change which fp32 values a conv multiplies (the reduce rewrites pool first
-    or sum filters); under TF32 each side then rounds its own operands to 10 bits and the two
-    differ by ~5e-4, past the fp32 tolerance, while both are right to ~1e-6 in strict fp32.
-    """
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.get_float32_matmul_precision())
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
-        torch.set_float32_matmul_precision(saved[2])
 
 
 def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True, tf32: bool = False) -> FirstCheck:

@@ -109,7 +109,12 @@ class Worker:
             self.finish("runtime_error", "no CUDA device: the judge needs a GPU")
         torch.cuda.init()
         self.r["device"] = torch.cuda.get_device_name()
-        self.r["precision"] = guards.set_strict_fp32(self.opts.allow_tf32)
+        with guards.fp32_mode(self.opts.allow_tf32) as precision:
+            self.r["precision"] = precision
+            self.stages()
+
+    def stages(self):
+        """Every stage in order, under the options' fp32 precision."""
         problem = load_problem(self.problem_path)
         init_args = problem.init_inputs()
         torch.zeros(1, device="cuda")
