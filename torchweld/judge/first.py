@@ -14,7 +14,9 @@ from pathlib import Path
 import torch
 
 from torchweld.judge.guards import fp32_mode
+from torchweld.judge.timing import medians
 from torchweld.judge.tolerance import TF32, Tol, compare_tensor
+from torchweld.judge.trials import clone_all, to_cuda
 from torchweld.problem import Problem, load_module
 
 
@@ -60,43 +62,6 @@ def _outputs(x):
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def _cuda(inputs):
-    return [t.cuda() if isinstance(t, torch.Tensor) else t for t in inputs]
-
-
-def time_ms(fn, input_sets, reps: int = 30) -> float:
-    """Median CUDA-event time of fn(*inputs), L2 flushed before each call, inputs rotated."""
-    return time_interleaved({"fn": fn}, input_sets, reps)["fn"]
-
-
-def time_interleaved(fns: dict, input_sets, reps: int = 30) -> dict[str, float]:
-    """Median CUDA-event ms of each fn(*inputs), L2 flushed before each call, inputs rotated, the
-    functions taken in turn call by call (not one after the other), so a drift of the GPU's clocks
-    during the run weighs on all of them alike."""
-    flush = torch.empty(int(2 * _l2_bytes()), dtype=torch.int8, device="cuda")
-    for fn in fns.values():  # warm-up
-        for inputs in input_sets:
-            fn(*inputs)
-    times = {k: [] for k in fns}
-    order = list(fns)
-    for r in range(reps):
-        inputs = input_sets[r % len(input_sets)]
-        for k in order[r % len(order):] + order[:r % len(order)]:
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fns[k](*inputs)
-            end.record()
-            torch.cuda.synchronize()
-            times[k].append(start.elapsed_time(end))
-    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-
-
-def _l2_bytes() -> int:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
-
-
 def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True, tf32: bool = False) -> FirstCheck:
     """Correct on `trials` fresh inputs, then eager/torch.compile/ModelNew times, all in strict fp32;
     `tf32`: the file was compiled with --precision tf32, so all three run with TF32 allowed and fp32
@@ -118,10 +83,10 @@ def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolera
     with torch.no_grad():
         for t in range(trials):
             torch.manual_seed(1000 + t)
-            inputs = _cuda(problem.inputs())
+            inputs = to_cuda(problem.inputs())
             input_sets.append(inputs)
-            want = _outputs(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
-            got = _outputs(new(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+            want = _outputs(ref(*clone_all(inputs)))
+            got = _outputs(new(*clone_all(inputs)))
             torch.cuda.synchronize()
             for o, w in zip(got, want):
                 ok, max_abs, rel, why = compare(o, w, tolerance)
@@ -138,5 +103,5 @@ def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolera
             except Exception as e:  # torch.compile failing is information, not our failure
                 report.errors.append(f"torch.compile failed: {type(e).__name__}")
             fns["ModelNew"] = new
-            report.times_ms.update(time_interleaved(fns, input_sets))
+            report.times_ms.update(medians(fns, input_sets))
     return report

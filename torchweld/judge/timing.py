@@ -1,11 +1,14 @@
-"""Timing: CUDA events around each call, L2 flushed before each, rotating inputs, median of many runs."""
-from __future__ import annotations
+"""Timing: CUDA events around each call, L2 flushed before each, rotating inputs, median of many runs.
 
-import statistics
+The one timer: the judge times with it, and so does the first check `torchweld compile` runs (`medians`).
+Its L2 flush and its median are runtime/timing.py's, the rules the emitted files' `_tw_time` follows.
+"""
+from __future__ import annotations
 
 import torch
 
 from torchweld.judge.guards import RealClocks
+from torchweld.runtime.timing import flush_buffer, l2_bytes, median
 
 METHOD = ("CUDA events (captured before the candidate was imported) around each call on the current stream; "
           "L2 flushed before each call by writing a buffer of 2x the L2 size; {warmup} warm-up calls; "
@@ -21,18 +24,18 @@ class Timed:
 
     def half_median(self) -> float:
         """The median of the second half of the runs (against the whole: drift within the run)."""
-        return statistics.median(self.times[len(self.times) // 2:])
+        return median(self.times[len(self.times) // 2:])
 
 
 class Timer:
     """Times callables the same way for eager, torch.compile and the candidate."""
 
-    def __init__(self, clocks: RealClocks, min_runs: int, min_s: float, max_runs: int, warmup: int = 3):
+    def __init__(self, clocks: RealClocks, min_runs: int, min_s: float, max_runs: int, warmup: int = 3,
+                 device=None):
         self.clocks, self.min_runs, self.min_s, self.max_runs, self.warmup = clocks, min_runs, min_s, max_runs, warmup
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        l2 = int(getattr(props, "L2_cache_size", 0) or 0) or 50 * 1024 * 1024
-        self.l2_bytes = l2
-        self.flush_buf = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
+        device = torch.cuda.current_device() if device is None else device
+        self.l2_bytes = l2_bytes(device)
+        self.flush_buf = flush_buffer(device)
 
     def flush(self):
         self.flush_buf.zero_()
@@ -87,7 +90,7 @@ class Timer:
                 last[label][k] = out
                 times[label].append(ms)
             i += 1
-        return {k: Timed(statistics.median(v), v, last[k]) for k, v in times.items()}
+        return {k: Timed(median(v), v, last[k]) for k, v in times.items()}
 
     def wall_and_events(self, fn, args, runs: int = 10) -> tuple[float, float]:
         """(median wall ms of call + device-wide synchronize, median CUDA-event ms of the call)."""
@@ -107,11 +110,18 @@ class Timer:
             c.record(e)
             c.synchronize()
             ev.append(c.elapsed_time(s, e))
-        return statistics.median(wall), statistics.median(ev)
+        return median(wall), median(ev)
 
     def method(self, sets: int) -> str:
         return METHOD.format(warmup=self.warmup, sets=sets, runs=self.min_runs, secs=self.min_s) + (
             f"; L2 {self.l2_bytes / 2**20:.0f} MiB")
+
+
+def medians(fns: dict, sets: list, runs: int = 30, clocks: RealClocks | None = None, device=None) -> dict[str, float]:
+    """Median ms of each function over exactly `runs` interleaved runs after one warm-up call per input
+    set: the first check's timing (it has no candidate to guard against, so the clocks are taken now)."""
+    timer = Timer(clocks or RealClocks(), runs, 0.0, runs, warmup=len(sets), device=device)
+    return {k: t.median for k, t in timer.interleaved(fns, sets).items()}
 
 
 def compile_model(model, mode: str, sample: list, clocks: RealClocks):
