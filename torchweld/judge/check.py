@@ -90,7 +90,7 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
                 timed_out = True
                 os.killpg(proc.pid, signal.SIGKILL)
                 rc = proc.wait()
-        quiet.judge_ended(proc.pid)
+        quiet.judge_ended(proc.pid, opts.judges_dir)
         try:
             part = json.loads(result_path.read_text())
         except (OSError, ValueError):

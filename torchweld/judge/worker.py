@@ -171,7 +171,7 @@ class Worker:
     def take_gpu(self):
         """Where the bench runs several judges on one GPU, wait for the GPU's lock and hold it to the end
         (the process exits without releasing it otherwise: os._exit closes the file)."""
-        path = os.environ.get("TORCHWELD_GPU_LOCK")
+        path = self.opts.gpu_lock
         if not path:
             return
         import fcntl
@@ -312,7 +312,7 @@ class Worker:
         if compiled is not None:
             fns["compile"] = compiled
         # NOTE: other judges of the bench paused meanwhile: the host's speed is part of a launch-bound time.
-        with quiet.quiet() as paused:
+        with quiet.quiet(o.judges_dir) as paused:
             timed = timer.interleaved(fns, sets)
             eager, cand = timed["eager"], timed["candidate"]
             cand_ms = cand.median
@@ -445,10 +445,11 @@ def _cuda_alive():
     torch.cuda.synchronize()
 
 
-def main(argv: list[str]) -> int:
+def judge(argv: list[str]) -> dict:
+    """Judge as the arguments say, saving the result file; returns the result."""
     problem_path, source_path, opts_arg, result_path = argv
     opts = CheckOptions.from_json(Path(opts_arg).read_text() if os.path.isfile(opts_arg) else opts_arg)
-    registered = quiet.register()  # where the bench runs judges side by side: pausable while another times
+    registered = quiet.register(opts.judges_dir)  # where the bench runs judges side by side: pausable
     w = Worker(problem_path, source_path, opts, result_path)
     try:
         w.run()
@@ -461,7 +462,13 @@ def main(argv: list[str]) -> int:
         w.r["outcome"] = "runtime_error"
         w.r["message"] = f"during {w.r['stage']}: {type(e).__name__}: {_line(e)}"
         w.save()
-    quiet.unregister(registered)
+    finally:
+        quiet.unregister(registered)
+    return w.r
+
+
+def main(argv: list[str]) -> int:
+    judge(argv)
     sys.stdout.flush()
     # NOTE: skip interpreter teardown: a candidate's threads or a broken CUDA context can hang or crash it.
     os._exit(0)
