@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
 
     from torchweld.judge.first import compare
     from torchweld.judge.timing import medians
-    from torchweld.judge.trials import to_cuda
+    from torchweld.judge.correctness import to_cuda
     from torchweld.judge.guards import set_fp32
     from torchweld.pipeline import Options, compile_problem
     from torchweld.problem import load_module, load_problem

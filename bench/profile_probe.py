@@ -18,7 +18,7 @@ def main(argv: list[str]) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from torchweld.judge.timing import medians
-    from torchweld.judge.trials import to_cuda
+    from torchweld.judge.correctness import to_cuda
     from torchweld.judge.guards import set_fp32
     from torchweld.pipeline import compile_problem
     from torchweld.problem import load_module, load_problem

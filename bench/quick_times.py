@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchweld.bench.plan import find_problems, load_results, plan_tasks  # noqa: E402
+from torchweld.bench.tasks import find_problems, load_results, plan_tasks  # noqa: E402
 from torchweld.bench.prewarm import load_prewarm, prewarm  # noqa: E402
 
 

@@ -35,7 +35,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from torchweld.judge.trials import to_cuda
+    from torchweld.judge.correctness import to_cuda
     from torchweld.judge.guards import RealClocks, set_fp32
     from torchweld.judge.timing import Timer
     from torchweld.problem import load_module, load_problem

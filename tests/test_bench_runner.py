@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from torchweld.bench import runner
-from torchweld.bench.plan import find_candidate, find_problems, plan_tasks
+from torchweld.bench.tasks import find_candidate, find_problems, plan_tasks
 from torchweld.bench.prewarm import compiler_fingerprint
 from torchweld.bench.runner import BenchOptions, run_bench
 
@@ -331,11 +331,11 @@ def test_judges_sharing_a_gpu_take_turns_through_its_lock(tmp_path):
     import time
 
     from torchweld.judge.options import CheckOptions
-    from torchweld.judge.worker import Worker
+    from torchweld.judge.child import Judging
 
     lock = tmp_path / "gpu0.lock"
     opts = CheckOptions(gpu_lock=str(lock))
-    w = Worker(str(tmp_path / "p.py"), str(tmp_path / "c.py"), opts, str(tmp_path / "result.json"))
+    w = Judging(str(tmp_path / "p.py"), str(tmp_path / "c.py"), opts, str(tmp_path / "result.json"))
     holder = open(lock, "a")
     fcntl.flock(holder, fcntl.LOCK_EX)  # another judge is on the GPU
     t = threading.Thread(target=w.take_gpu)

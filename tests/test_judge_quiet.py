@@ -90,14 +90,14 @@ def test_no_directory_is_a_no_op_whatever_the_environment_says(monkeypatch, tmp_
 
 
 def test_the_judges_child_registers_in_its_options_directory_while_it_runs(tmp_path, monkeypatch):
-    from torchweld.judge import worker
+    from torchweld.judge import child
     from torchweld.judge.options import CheckOptions
 
     entry = tmp_path / "judges" / str(os.getpgrp())
     during = []
-    monkeypatch.setattr(worker.Worker, "run", lambda self: during.append(entry.read_bytes()))
+    monkeypatch.setattr(child.Judging, "run", lambda self: during.append(entry.read_bytes()))
     opts = CheckOptions(judges_dir=str(tmp_path / "judges"))
-    worker.judge([str(tmp_path / "p.py"), str(tmp_path / "c.py"), opts.to_json(), str(tmp_path / "r.json")])
+    child.judge([str(tmp_path / "p.py"), str(tmp_path / "c.py"), opts.to_json(), str(tmp_path / "r.json")])
     assert during == [Path("/proc/self/cmdline").read_bytes()]
     assert not entry.exists()  # gone with the run
 

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from torchweld.bench.plan import Task
+from torchweld.bench.tasks import Task
 
 
 def prewarm_path(out: Path, key: str) -> Path:

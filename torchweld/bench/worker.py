@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-from torchweld.bench.plan import Task, results_path, write_json
+from torchweld.bench.tasks import Task, results_path, write_json
 
 # Outcomes the bench adds to the judge's own (correct|wrong|cheat|no_build|runtime_error|timeout).
 COMPILE_ERROR = "compile_error"  # `--compile`: compile_file raised

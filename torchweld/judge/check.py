@@ -1,4 +1,4 @@
-"""The judge's parent: extract and scan the candidate, run the worker in a child process, read its result."""
+"""The judge's parent: extract and scan the candidate, judge it in a child process (child.py), read its result."""
 from __future__ import annotations
 
 import json
@@ -27,7 +27,7 @@ def _base(problem: Path, candidate: Path) -> dict:
 
 
 def _tail(path: Path, n: int = 4) -> list[str]:
-    """The last meaningful lines a crashed worker wrote to stderr."""
+    """The last meaningful lines a crashed child wrote to stderr."""
     try:
         lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
@@ -71,7 +71,7 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
             source_path.write_text(cand.source)
         (tmp / "options.json").write_text(opts.to_json())
         result_path, out_path, err_path = tmp / "result.json", tmp / "stdout.log", tmp / "stderr.log"
-        cmd = [sys.executable, "-m", "torchweld.judge.worker", str(problem.resolve()), str(source_path),
+        cmd = [sys.executable, "-m", "torchweld.judge.child", str(problem.resolve()), str(source_path),
                str(tmp / "options.json"), str(result_path)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)

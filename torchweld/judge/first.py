@@ -16,7 +16,7 @@ import torch
 from torchweld.judge.guards import fp32_mode
 from torchweld.judge.timing import medians
 from torchweld.judge.tolerance import TF32, Tol, compare_tensor
-from torchweld.judge.trials import clone_all, to_cuda
+from torchweld.judge.correctness import clone_all, to_cuda
 from torchweld.problem import Problem, load_module
 
 

@@ -12,7 +12,7 @@ USAGE_EXIT = 2
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """Everything the judge may vary; passed whole from the CLI to the worker process."""
+    """Everything the judge may vary; passed whole from the CLI to the child process (child.py)."""
 
     timeout_s: float = 600.0
     tolerance: str = "oracle"  # oracle | table | kernelbench
