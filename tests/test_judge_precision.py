@@ -74,6 +74,6 @@ def _sets_fp32_flags(path: Path) -> bool:
 
 
 def test_no_other_judge_or_bench_file_sets_the_flags():
-    setters = [p.relative_to(PKG).as_posix() for folder in ("judge", "bench") for p in sorted((PKG / folder).glob("*.py"))
-               if _sets_fp32_flags(p)]
+    files = sorted(p for folder in ("judge", "bench") for p in (PKG / folder).glob("*.py"))
+    setters = [p.relative_to(PKG).as_posix() for p in files if _sets_fp32_flags(p)]
     assert setters == ["judge/guards.py"]

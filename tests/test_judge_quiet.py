@@ -1,4 +1,5 @@
-"""judge/quiet.py: the judge that times pauses the other registered judges, and only them; the directory they\nregister in comes with the judge's options."""
+"""judge/quiet.py: the judge that times pauses the other registered judges, and only them; the directory they
+register in comes with the judge's options."""
 from __future__ import annotations
 
 import os

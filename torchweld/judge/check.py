@@ -77,7 +77,7 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
         # NOTE: Inductor compiles in this process, not in a pool of compile workers: the pool's threads and
         # processes start in the background and would look like the candidate's; on a warm cache (the bench's
-        # --prewarm) it is also seconds faster. Compile time only: torch.compile's kernels are the same.
+        # --prewarm) it is also faster. Compile time only: torch.compile's kernels are the same.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         timed_out = False
         with open(out_path, "wb") as out, open(err_path, "wb") as err:

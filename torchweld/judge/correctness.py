@@ -191,7 +191,7 @@ def run_trial(pair: Pair, cpu_inputs: list, label: str, opts, reuse: list | None
     cheats = []
     refs = flatten(ref_out)
     if anti_cheat:
-        cheats += _checks(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates)
+        cheats += _trial_cheats(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates)
     verdict = compare(snap if len(snap) != 1 else snap[0], ref_out, truth, opts.tolerance, opts.oracle_factor, label)
     verdict["reused_inputs"] = reused
     if not verdict["ok"] and not cheats:
@@ -199,7 +199,7 @@ def run_trial(pair: Pair, cpu_inputs: list, label: str, opts, reuse: list | None
     return verdict, cheats, cand_in, out
 
 
-def _checks(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates) -> list[dict]:
+def _trial_cheats(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates) -> list[dict]:
     found = []
     for r, o in zip(refs, outs):
         if type(r) is torch.Tensor and type(o) is not torch.Tensor:
@@ -291,7 +291,7 @@ def kernel_check(pair: Pair, cand_in, defined: set[str], problem_cls) -> list[di
         found.append(cheat("calls_reference", "forward() calls the original Model"))
     if launched is None:
         return found
-    ours = [k for k in launched if any(_word(d, k) for d in defined)]
+    ours = [k for k in launched if any(_whole_word(d, k) for d in defined)]
     if not defined:
         # NOTE: nothing custom to fall back from: a file of library calls only (what torchweld emits for a
         # lone convolution) is timed as it is; the result says so instead of calling it a cheat.
@@ -305,7 +305,7 @@ def kernel_check(pair: Pair, cand_in, defined: set[str], problem_cls) -> list[di
     return found
 
 
-def _word(name: str, text: str) -> bool:
+def _whole_word(name: str, text: str) -> bool:
     import re
 
     return re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) is not None

@@ -43,7 +43,7 @@ def _spatial_of(inputs) -> tuple | None:
     return None
 
 
-def _odd(s: int) -> int:
+def _odd_size(s: int) -> int:
     o = s // 2 + 1
     return o if o % 2 else o + 1
 
@@ -96,7 +96,7 @@ def shape_variants(inputs, init_args) -> list[Variant]:
         out += [Variant(label=f"batch={n}", init_args=args, batch=n) for n in (1, 3) if n != b]
     if sp is not None and min(sp) >= 4:
         three_q = tuple(max(2, (s * 3) // 4) for s in sp)
-        odd = tuple(_odd(s) for s in sp)
+        odd = tuple(_odd_size(s) for s in sp)
         for new in (three_q, odd):
             if new != sp:
                 out.append(Variant(label="spatial=" + "x".join(map(str, new)), init_args=args, spatial=new))

@@ -1,10 +1,9 @@
 """A quiet machine while one judge times: where the bench runs several judges at once (`--per-gpu`),
 the one timing pauses the others (SIGSTOP to each one's process group) and resumes them after.
 
-Why: the host's speed is part of a call's time wherever the GPU waits on launches. With 5 judges on
-one H100 host, eager/compile/candidate medians of launch-bound problems came out about 2x what one
-judge alone measured, and not by the same factor for each: `linear_log_softmax` read 0.95x eager
-beside 4 busy judges and 1.41x alone.
+Why: the host's speed is part of a call's time wherever the GPU waits on launches. Beside busy
+judges, the medians of launch-bound problems come out slower than one judge alone measures them,
+and not by the same factor for eager, torch.compile and the candidate, so their ratio moves too.
 
 The judges register in a directory (`CheckOptions.judges_dir`, set by the bench): one file per judge,
 named by its process group (each judge runs in a session of its own), holding its command line, so

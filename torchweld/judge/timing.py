@@ -134,7 +134,8 @@ def compile_model(model, mode: str, sample: list, clocks: RealClocks):
             compiled(*sample)
         clocks.synchronize()
     except Exception as e:  # noqa: BLE001 - a compile failure is recorded, timing carries on
-        return None, clocks.perf_counter() - t0, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+        text = str(e).strip()
+        return None, clocks.perf_counter() - t0, f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]
     return compiled, clocks.perf_counter() - t0, None
 
 
@@ -162,22 +163,22 @@ def stage(j, problem, pair, compiled_ref):
     """Eager, torch.compile and the candidate timed interleaved (other judges of the bench paused
     meanwhile), then the checks only timing can make."""
     j.stage("timing")
-    o = j.opts
-    if o.anti_cheat:
+    opts = j.opts
+    if opts.anti_cheat:
         j.check_environment("before timing")
-    timer = Timer(j.clocks, o.timing_runs, o.timing_min_s, o.timing_max_runs)
+    timer = Timer(j.clocks, opts.timing_runs, opts.timing_min_s, opts.timing_max_runs)
     sets = []
-    for s in range(o.timing_sets):
-        torch.manual_seed(o.seed * 1000 + 501 + s)
+    for s in range(opts.timing_sets):
+        torch.manual_seed(opts.seed * 1000 + 501 + s)
         sets.append(to_cuda(problem.inputs()))
     compiled, secs, err = compiled_ref
     if compiled is None:
-        j.r["details"].append(f"torch.compile({o.compile_mode}) failed: {err}")
+        j.r["details"].append(f"torch.compile({opts.compile_mode}) failed: {err}")
     fns = {"eager": pair.ref, "candidate": pair.cand}
     if compiled is not None:
         fns["compile"] = compiled
     # NOTE: other judges of the bench paused meanwhile: the host's speed is part of a launch-bound time.
-    with quiet.quiet(o.judges_dir) as paused:
+    with quiet.quiet(opts.judges_dir) as paused:
         timed = timer.interleaved(fns, sets)
         eager, cand = timed["eager"], timed["candidate"]
         cand_ms = cand.median
@@ -191,7 +192,7 @@ def stage(j, problem, pair, compiled_ref):
         j.r["timing"] = t
         ref_last, cand_last = eager.last, cand.last
         del timed, eager, cand
-        if o.anti_cheat:
+        if opts.anti_cheat:
             timing_checks(j, problem, pair, timer, sets, ref_last, cand_last, t)
             j.check_environment("after timing the candidate")
         del ref_last, cand_last
@@ -199,11 +200,11 @@ def stage(j, problem, pair, compiled_ref):
 
 def timing_checks(j, problem, pair, timer: Timer, sets, ref_last, cand_last, t: dict):
     """Timed outputs still right; event time vs wall time; fresh inputs as fast as rotating ones."""
-    for k, (c, r) in enumerate(zip(cand_last, ref_last)):
-        v = compare(c, r, mode="kernelbench")
-        if v["rel"] is None or v["rel"] > 2e-2 or "NaN" in v["why"]:
+    for k, (out, ref) in enumerate(zip(cand_last, ref_last)):
+        verdict = compare(out, ref, mode="kernelbench")
+        if verdict["rel"] is None or verdict["rel"] > 2e-2 or "NaN" in verdict["why"]:
             j.caught([cheat("input_cache", f"the output of the last timed call on input set {k} is wrong "
-                                           f"(rel error {v['rel']}): a cached or stale result")], "timing")
+                                           f"(rel error {verdict['rel']}): a cached or stale result")], "timing")
     wall, ev = timer.wall_and_events(pair.cand, sets[0])
     t["wall_ms"], t["event_ms"] = wall, ev
     if wall > 2 * ev + 0.2:
@@ -245,9 +246,10 @@ def fresh_vs_seen(j, problem, pair, timer: Timer, sets, n: int, seed0: int):
         seen_ms, ms, out = timer.pair(pair.cand, sets[k % len(sets)], inputs, fresh_first=k % 2 == 1)
         seen.append(seen_ms)
         fresh.append(ms)
-        v = compare(out, expected, mode="kernelbench")
-        if v["rel"] is None or v["rel"] > 2e-2 or "NaN" in v["why"]:
-            j.caught([cheat("input_cache", f"wrong on never-seen timing inputs (rel error {v['rel']})")], "timing")
+        verdict = compare(out, expected, mode="kernelbench")
+        if verdict["rel"] is None or verdict["rel"] > 2e-2 or "NaN" in verdict["why"]:
+            j.caught([cheat("input_cache", f"wrong on never-seen timing inputs (rel error {verdict['rel']})")],
+                     "timing")
     if not fresh:
         return None
     return median(fresh), median(seen), len(fresh)
