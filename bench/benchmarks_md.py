@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchweld.bench.plan import load_results  # noqa: E402
+from torchweld.bench.tasks import load_results  # noqa: E402
 
 
 def judged(results_dir: Path) -> list[dict]:

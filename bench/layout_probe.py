@@ -17,12 +17,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv: list[str]) -> int:
     import torch
 
-    from torchweld.judge.first import _cuda, compare, time_ms
-    from torchweld.judge.guards import set_strict_fp32
+    from torchweld.judge.first import compare
+    from torchweld.judge.timing import medians
+    from torchweld.judge.correctness import to_cuda
+    from torchweld.judge.guards import set_fp32
     from torchweld.pipeline import Options, compile_problem
     from torchweld.problem import load_module, load_problem
 
-    set_strict_fp32(False)
+    set_fp32(False)
     out = Path(argv[0])
     roots = [Path(a) for a in argv[1:]] or [Path("problems")]
     files = sorted(f for r in roots for f in ([r] if r.is_file() else r.rglob("*.py")))
@@ -47,17 +49,17 @@ def main(argv: list[str]) -> int:
             sets = []
             for s in range(3):
                 torch.manual_seed(100 + s)
-                sets.append(_cuda(problem.inputs()))
+                sets.append(to_cuda(problem.inputs()))
             with torch.no_grad():
                 for label, m in models.items():
                     ok, _, rel, _ = compare(m(*sets[0]), ref(*sets[0]))
                     row[f"{label}_ok"], row[f"{label}_rel"] = ok, rel
                 plans = models["planned"].__dict__.get("_tw_conv_plans", {})
                 row["picked"] = {site: [str(p[0][0]), p[0][1], [round(t, 4) for t in p[2]]] for site, p in plans.items()}
-                row["eager"] = time_ms(ref, sets, reps=60)
+                row["eager"] = medians({"fn": ref}, sets, 60)["fn"]
                 for label, m in models.items():
-                    row[label] = time_ms(m, sets, reps=60)
-                row["eager_again"] = time_ms(ref, sets, reps=60)
+                    row[label] = medians({"fn": m}, sets, 60)["fn"]
+                row["eager_again"] = medians({"fn": ref}, sets, 60)["fn"]
         except Exception as e:  # recorded; the probe goes on
             row["error"] = f"{type(e).__name__}: {e}"[:300]
         print(json.dumps(row), flush=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchweld.bench.plan import find_problems, load_results, plan_tasks  # noqa: E402
+from torchweld.bench.tasks import find_problems, load_results, plan_tasks  # noqa: E402
 from torchweld.bench.prewarm import load_prewarm, prewarm  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def main() -> int:
     import torch
 
     from torchweld.judge.first import first_check
-    from torchweld.judge.guards import set_strict_fp32
+    from torchweld.judge.guards import set_fp32
     from torchweld.problem import load_problem
 
     out = args.out.resolve()
@@ -37,7 +37,7 @@ def main() -> int:
     tasks = [t for t in tasks if t.key not in done]
     prewarm(tasks, out, args.prewarm, None)
     cold = load_prewarm(out)
-    set_strict_fp32(False)
+    set_fp32(False)
     out.mkdir(parents=True, exist_ok=True)
     lines = out / "times.jsonl"
     seen = {json.loads(x)["key"] for x in lines.read_text().splitlines()} if lines.exists() else set()

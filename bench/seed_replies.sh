@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Seeds 000, 001, 004: the seed documents' own replies and torchweld's ModelNew, judged in one run
-# on the same GPU. The replies' extensions (about 70 s each to build) are built in parallel first.
+# on the same GPU. The replies' extensions, slow to build, are built in parallel first.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD MAX_JOBS=16 PYTHONUNBUFFERED=1

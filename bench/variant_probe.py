@@ -35,16 +35,16 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from torchweld.judge.first import _cuda
-    from torchweld.judge.guards import RealClocks, set_strict_fp32
+    from torchweld.judge.correctness import to_cuda
+    from torchweld.judge.guards import RealClocks, set_fp32
     from torchweld.judge.timing import Timer
     from torchweld.problem import load_module, load_problem
 
-    set_strict_fp32(False)
+    set_fp32(False)
     problem = load_problem(args.problem)
     ref = problem.build_model(0).cuda()
     fns, row = {"eager": ref}, {"problem": str(args.problem), "variants": {}}
-    sets = [_cuda(problem.inputs()) for _ in range(3)]
+    sets = [to_cuda(problem.inputs()) for _ in range(3)]
     with torch.no_grad():
         for v in args.variants:
             mod = load_module(v, v.read_text(), prefix="tw_probe")

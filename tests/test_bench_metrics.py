@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from torchweld.bench.metrics import compute, fast_p, geomean, speedup
-from torchweld.bench.plan import load_results
+from torchweld.bench.tasks import load_results
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bench"
 

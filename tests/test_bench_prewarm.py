@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from torchweld.bench.format import rows
-from torchweld.bench.plan import Task
+from torchweld.bench.tasks import Task
 from torchweld.bench.prewarm import load_prewarm, prewarm, prewarm_path
 
 
@@ -62,7 +62,7 @@ def test_candidate_compiled_by_prewarm_is_not_compiled_again(tmp_path):
 
 
 def test_resume_judges_again_a_candidate_whose_content_changed(tmp_path):
-    from torchweld.bench.plan import is_finished, results_path, write_json
+    from torchweld.bench.tasks import is_finished, results_path, write_json
     from torchweld.bench.prewarm import file_sha
 
     task = _task(tmp_path)

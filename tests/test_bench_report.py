@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from torchweld.bench.report import rerender, write_reports
-from torchweld.bench.plan import load_results
+from torchweld.bench.tasks import load_results
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bench"
 META = {"date": "2025-01-02T03:04:05+00:00", "device": "NVIDIA H100 80GB HBM3", "torch": "2.5.1",

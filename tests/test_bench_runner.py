@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from torchweld.bench import runner
-from torchweld.bench.plan import find_candidate, find_problems, plan_tasks
+from torchweld.bench.tasks import find_candidate, find_problems, plan_tasks
 from torchweld.bench.prewarm import compiler_fingerprint
 from torchweld.bench.runner import BenchOptions, run_bench
 
@@ -25,7 +25,10 @@ def fake_check(problem, candidate, opts):
     return {
         "problem": str(problem), "name": Path(problem).stem, "candidate": str(candidate), "outcome": outcome,
         "message": f"fake {outcome}", "details": [f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}",
-                                                   f"timeout={getattr(opts, 'timeout_s', getattr(opts, 'timeout', None))}", f"pid={os.getpid()}"],
+                                                   f"timeout={getattr(opts, 'timeout_s', getattr(opts, 'timeout', None))}", f"pid={os.getpid()}",
+                                                   f"judges_dir={getattr(opts, 'judges_dir', None)}",
+                                                   f"gpu_lock={getattr(opts, 'gpu_lock', None)}",
+                                                   f"env={sorted(k for k in os.environ if k.startswith('TORCHWELD_'))}"],
         "build_s": 1.0, "correctness": [], "generalization": [], "cheats": [], "static": [],
         "timing": {"eager_ms": 2.0, "compile_ms": 1.0, "candidate_ms": 0.5, "compile_build_s": 3.0,
                    "speedup_vs_eager": 4.0, "speedup_vs_compile": 2.0, "candidate_ms_repeat": [0.5],
@@ -190,7 +193,27 @@ def test_worker_processes_pinned_and_crash_recorded(tree):
         assert r["outcome"] == "correct"
         assert r["bench"]["gpu"] in ("5", "7")
         assert f"CUDA_VISIBLE_DEVICES={r['bench']['gpu']}" in r["details"]
+        # two judges at once: the directory they pause each other through comes as an option, not from the environment
+        assert f"judges_dir={tree / 'out' / 'locks' / 'judges'}" in r["details"] and "env=[]" in r["details"]
+        assert "gpu_lock=None" in r["details"]  # one judge per GPU: no lock to take
     assert (tree / "out" / "logs" / "worker0.log").is_file()
+
+
+def test_what_judges_share_travels_as_their_options(tree):
+    seen = []
+
+    def capturing(problem, candidate, opts):
+        seen.append(opts)
+        return fake_check(problem, candidate, opts)
+
+    run_bench(opts(tree, per_gpu=2), check=capturing, console=quiet(), spawn=False, devices=[])
+    locks = tree / "out" / "locks"
+    assert seen and all(o.gpu_lock == str(locks / "gpu.lock") and o.judges_dir == str(locks / "judges") for o in seen)
+    assert (locks / "judges").is_dir() and not any(k.startswith("TORCHWELD_") for k in os.environ)
+    alone = []
+    run_bench(opts(tree, resume=False), check=lambda p, c, o: alone.append(o) or fake_check(p, c, o), console=quiet(),
+              spawn=False, devices=[])
+    assert alone and all(o.gpu_lock is None and o.judges_dir is None for o in alone)
 
 
 def test_gpu_slots():
@@ -302,17 +325,17 @@ def test_unusable_problem_is_a_result(tree):
     assert saved(tree, "root__top")["outcome"] == "judge_error"
 
 
-def test_judges_sharing_a_gpu_take_turns_through_its_lock(tmp_path, monkeypatch):
+def test_judges_sharing_a_gpu_take_turns_through_its_lock(tmp_path):
     import fcntl
     import threading
     import time
 
     from torchweld.judge.options import CheckOptions
-    from torchweld.judge.worker import Worker
+    from torchweld.judge.child import Judging
 
     lock = tmp_path / "gpu0.lock"
-    monkeypatch.setenv("TORCHWELD_GPU_LOCK", str(lock))
-    w = Worker(str(tmp_path / "p.py"), str(tmp_path / "c.py"), CheckOptions(), str(tmp_path / "result.json"))
+    opts = CheckOptions(gpu_lock=str(lock))
+    w = Judging(str(tmp_path / "p.py"), str(tmp_path / "c.py"), opts, str(tmp_path / "result.json"))
     holder = open(lock, "a")
     fcntl.flock(holder, fcntl.LOCK_EX)  # another judge is on the GPU
     t = threading.Thread(target=w.take_gpu)

@@ -1,12 +1,15 @@
-"""judge/quiet.py: the judge that times pauses the other registered judges, and only them."""
+"""judge/quiet.py: the judge that times pauses the other registered judges, and only them; the directory they
+register in comes with the judge's options."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from torchweld.judge import quiet
 
@@ -78,8 +81,37 @@ def test_judge_ended_resumes_a_pause_its_judge_never_undid(judges, tmp_path):
     assert _wait_state(b.pid, "S") != "T"
 
 
-def test_unset_is_a_no_op(monkeypatch):
-    monkeypatch.delenv(quiet.ENV, raising=False)
-    assert quiet.register() is None
-    with quiet.quiet() as paused:
+def test_no_directory_is_a_no_op_whatever_the_environment_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHWELD_JUDGES_DIR", str(tmp_path))  # the old way: read no more
+    assert quiet.register(None) is None
+    with quiet.quiet(None) as paused:
         assert paused == []
+    quiet.judge_ended(12345, None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_judges_child_registers_in_its_options_directory_while_it_runs(tmp_path, monkeypatch):
+    from torchweld.judge import child
+    from torchweld.judge.options import CheckOptions
+
+    entry = tmp_path / "judges" / str(os.getpgrp())
+    during = []
+    monkeypatch.setattr(child.Judging, "run", lambda self: during.append(entry.read_bytes()))
+    opts = CheckOptions(judges_dir=str(tmp_path / "judges"))
+    child.judge([str(tmp_path / "p.py"), str(tmp_path / "c.py"), opts.to_json(), str(tmp_path / "r.json")])
+    assert during == [Path("/proc/self/cmdline").read_bytes()]
+    assert not entry.exists()  # gone with the run
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path: the child ends at once")
+def test_check_resumes_the_others_when_its_child_ends(judges, tmp_path):
+    from torchweld.judge import CheckOptions, check
+
+    (b,) = judges(1)
+    quiet._signal_groups([b.pid], quiet.signal.SIGSTOP)  # as if paused by a judge that died while timing
+    assert _wait_state(b.pid, "T") == "T"
+    fix = Path(__file__).parent / "fixtures" / "judge"
+    res = check(fix / "problem_relu_bias.py", fix / "honest_relu_bias.py",
+                CheckOptions(timeout_s=120, judges_dir=str(tmp_path)))
+    assert res["outcome"] == "runtime_error"
+    assert _wait_state(b.pid, "S") != "T"

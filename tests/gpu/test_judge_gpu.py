@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from torchweld.judge import CheckOptions, check
-from torchweld.judge.report import render
+from torchweld.judge.render import render
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Callable
 
-from torchweld.bench.plan import Task
+from torchweld.bench.tasks import Task
 from torchweld.bench.worker import Job, blank_result, evaluate, finish, worker_main
 
 # on_start(worker, task) and on_done(worker, task, result): how the progress display hears of work.

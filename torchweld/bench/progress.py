@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchweld.bench.metrics import is_correct, speedup
-from torchweld.bench.plan import Task
+from torchweld.bench.tasks import Task
 
 _STYLE = {"correct": "green", "wrong": "red", "cheat": "magenta", "timeout": "yellow"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from torchweld.bench.format import pct, times
 from torchweld.bench.page import render_html
 from torchweld.bench.metrics import as_json, compute
-from torchweld.bench.plan import load_results, write_json
+from torchweld.bench.tasks import load_results, write_json
 from torchweld.bench.plot import plot_speedups
 from torchweld.bench.summary import render_markdown
 

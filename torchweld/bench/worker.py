@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-from torchweld.bench.plan import Task, results_path, write_json
+from torchweld.bench.tasks import Task, results_path, write_json
 
 # Outcomes the bench adds to the judge's own (correct|wrong|cheat|no_build|runtime_error|timeout).
 COMPILE_ERROR = "compile_error"  # `--compile`: compile_file raised
@@ -37,6 +37,20 @@ class Job:
     judge: tuple = ()  # (name, value) overrides of the judge's options
     gpu_lock: bool = False  # several workers share a GPU: each judge takes its lock for the GPU work
     quiet: bool = False  # several judges at once: the one timing pauses the others (judge/quiet.py)
+
+    def shared(self, gpu: str | None) -> dict:
+        """What the judges of this run share, as the judge's options name them: the lock of the GPU
+        `gpu` and the directory judges register in (made here, once per judge)."""
+        found = {}
+        if self.gpu_lock:
+            lock = self.out / "locks" / f"gpu{gpu if gpu is not None else ''}.lock"
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            found["gpu_lock"] = str(lock)
+        if self.quiet:
+            judges = self.out / "locks" / "judges"
+            judges.mkdir(parents=True, exist_ok=True)
+            found["judges_dir"] = str(judges)
+        return found
 
 
 def blank_result(task: Task, outcome: str, message: str, details: list[str] | None = None) -> dict:
@@ -108,7 +122,7 @@ def evaluate(task: Task, job: Job, worker: int | None = None, gpu: str | None = 
             result = blank_result(task, COMPILE_ERROR, one_line(e), _trace())
             return finish(task, result, job, started, worker, gpu)
     try:
-        check, options = _judge(job)
+        check, options = _judge(job, gpu)
         result = dict(check(task.problem, task.candidate, options))
     except Exception as e:
         from torchweld.problem import ProblemError
@@ -128,17 +142,10 @@ def worker_main(worker: int, gpu: str | None, tasks, conn, job: Job) -> None:
         os.setsid()
     except OSError:
         pass
-    # Set before anything touches CUDA (the real judge is imported only below, in _judge).
+    # NOTE: the one setting that stays in the environment: it selects the GPU for this process and every
+    # judge it starts, so it is set before anything touches CUDA (the judge is imported only in _judge).
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    if job.gpu_lock:  # read by the judge's worker process (torchweld.judge.worker.Worker.take_gpu)
-        lock = job.out / "locks" / f"gpu{gpu if gpu is not None else ''}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHWELD_GPU_LOCK"] = str(lock)
-    if job.quiet:  # read by the judge's worker process (torchweld.judge.quiet)
-        judges = job.out / "locks" / "judges"
-        judges.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHWELD_JUDGES_DIR"] = str(judges)
     # The judge runs each candidate in a session of its own, which our group kill cannot reach:
     # on SIGTERM take every descendant down first, so nothing keeps running on the GPU.
     signal.signal(signal.SIGTERM, _die_with_descendants)
@@ -175,8 +182,8 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def _judge(job: Job):
-    wanted = {"timing": job.timing, **dict(job.judge)}
+def _judge(job: Job, gpu: str | None = None):
+    wanted = {"timing": job.timing, **job.shared(gpu), **dict(job.judge)}
     if job.timeout is not None:
         wanted["timeout"] = job.timeout
     if job.check is not None:

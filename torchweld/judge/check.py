@@ -1,4 +1,4 @@
-"""The judge's parent: extract and scan the candidate, run the worker in a child process, read its result."""
+"""The judge's parent: extract and scan the candidate, judge it in a child process (child.py), read its result."""
 from __future__ import annotations
 
 import json
@@ -27,7 +27,7 @@ def _base(problem: Path, candidate: Path) -> dict:
 
 
 def _tail(path: Path, n: int = 4) -> list[str]:
-    """The last meaningful lines a crashed worker wrote to stderr."""
+    """The last meaningful lines a crashed child wrote to stderr."""
     try:
         lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
@@ -71,13 +71,13 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
             source_path.write_text(cand.source)
         (tmp / "options.json").write_text(opts.to_json())
         result_path, out_path, err_path = tmp / "result.json", tmp / "stdout.log", tmp / "stderr.log"
-        cmd = [sys.executable, "-m", "torchweld.judge.worker", str(problem.resolve()), str(source_path),
+        cmd = [sys.executable, "-m", "torchweld.judge.child", str(problem.resolve()), str(source_path),
                str(tmp / "options.json"), str(result_path)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
         # NOTE: Inductor compiles in this process, not in a pool of compile workers: the pool's threads and
         # processes start in the background and would look like the candidate's; on a warm cache (the bench's
-        # --prewarm) it is also seconds faster. Compile time only: torch.compile's kernels are the same.
+        # --prewarm) it is also faster. Compile time only: torch.compile's kernels are the same.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         timed_out = False
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -90,7 +90,7 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
                 timed_out = True
                 os.killpg(proc.pid, signal.SIGKILL)
                 rc = proc.wait()
-        quiet.judge_ended(proc.pid)
+        quiet.judge_ended(proc.pid, opts.judges_dir)
         try:
             part = json.loads(result_path.read_text())
         except (OSError, ValueError):

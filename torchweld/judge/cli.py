@@ -36,7 +36,7 @@ def options_from(args) -> CheckOptions:
 def run(args) -> int:
     """Run the judge for parsed `args`; print the result; return the exit code (never raises on bad input)."""
     from torchweld.judge.check import check
-    from torchweld.judge.report import render
+    from torchweld.judge.render import render
     from torchweld.problem import ProblemError
 
     if args.trials < 1 or args.timeout <= 0:

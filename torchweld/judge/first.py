@@ -1,20 +1,23 @@
 """The first check `torchweld compile` runs on a GPU: build, compare on fresh inputs, time.
 
 The full judge is `torchweld check`; this is the quick look a user gets right after compiling.
-Like the judge, it compares and times under strict fp32 (TF32 off for cuBLAS and cuDNN).
+Like the judge, it compares and times under strict fp32 (TF32 off for cuBLAS and cuDNN), set by the
+judge's one switch (guards.fp32_mode), and grades with the judge's tolerance table.
 """
 from __future__ import annotations
 
+import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from torchweld.judge.guards import fp32_mode
+from torchweld.judge.timing import medians
+from torchweld.judge.tolerance import TF32, Tol, compare_tensor
+from torchweld.judge.correctness import clone_all, to_cuda
 from torchweld.problem import Problem, load_module
-
-TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-7, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
 
 @dataclass
@@ -40,87 +43,31 @@ class FirstCheck:
 
 
 def compare(out, ref, tolerance: dict | None = None) -> tuple[bool, float, float, str]:
-    """allclose at the dtype's tolerance (`tolerance` overrides some); also the max abs and relative error."""
-    if not isinstance(out, torch.Tensor) or out.shape != ref.shape or out.dtype != ref.dtype:
-        got = (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out).__name__
-        return False, float("inf"), float("inf"), f"output {got} != reference {(tuple(ref.shape), ref.dtype)}"
-    tol = {**TOLERANCE, **(tolerance or {})}.get(ref.dtype, 0.0)
-    o, r = out.double(), ref.double()
-    diff = (o - r).abs()
-    max_abs = float(diff.nan_to_num(nan=float("inf")).max()) if diff.numel() else 0.0
-    rel = float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-30)) if diff.numel() else 0.0
-    ok = torch.allclose(out, ref, atol=tol, rtol=tol, equal_nan=True)
-    return ok, max_abs, rel, "" if ok else f"max abs error {max_abs:.3g} over tolerance {tol}"
+    """One output against the reference at the judge's table tolerance (judge/tolerance.py), where
+    `tolerance` maps a dtype to a Tol (or one number for atol and rtol) that replaces its row:
+    (ok, max abs error, relative error, why not)."""
+    tol = (tolerance or {}).get(getattr(ref, "dtype", None))
+    if tol is not None and not isinstance(tol, Tol):
+        tol = Tol(tol, tol)
+    if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor):
+        got = type(out).__name__ if not isinstance(out, torch.Tensor) else "a tensor"
+        return False, math.inf, math.inf, f"output {got} where the reference returns {type(ref).__name__}"
+    v = compare_tensor(out, ref, mode="table", tol=tol)
+    max_abs = math.inf if v["max_abs"] is None else v["max_abs"]
+    rel = math.inf if v["rel"] is None else v["rel"]
+    return v["ok"], max_abs, rel, v["why"]
 
 
 def _outputs(x):
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def _cuda(inputs):
-    return [t.cuda() if isinstance(t, torch.Tensor) else t for t in inputs]
-
-
-def time_ms(fn, input_sets, reps: int = 30) -> float:
-    """Median CUDA-event time of fn(*inputs), L2 flushed before each call, inputs rotated."""
-    return time_interleaved({"fn": fn}, input_sets, reps)["fn"]
-
-
-def time_interleaved(fns: dict, input_sets, reps: int = 30) -> dict[str, float]:
-    """Median CUDA-event ms of each fn(*inputs), L2 flushed before each call, inputs rotated, the
-    functions taken in turn call by call (not one after the other), so a drift of the GPU's clocks
-    during the run weighs on all of them alike."""
-    flush = torch.empty(int(2 * _l2_bytes()), dtype=torch.int8, device="cuda")
-    for fn in fns.values():  # warm-up
-        for inputs in input_sets:
-            fn(*inputs)
-    times = {k: [] for k in fns}
-    order = list(fns)
-    for r in range(reps):
-        inputs = input_sets[r % len(input_sets)]
-        for k in order[r % len(order):] + order[:r % len(order)]:
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fns[k](*inputs)
-            end.record()
-            torch.cuda.synchronize()
-            times[k].append(start.elapsed_time(end))
-    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-
-
-def _l2_bytes() -> int:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
-
-
-@contextmanager
-def fp32_mode(tf32: bool):
-    """TF32 off for cuBLAS and cuDNN (as the judge runs), or on for files compiled with
-    --precision tf32; the previous settings restored after.
-
-    NOTE: a rewrite may change which fp32 values a conv multiplies (the reduce rewrites pool first
-    or sum filters); under TF32 each side then rounds its own operands to 10 bits and the two
-    differ by ~5e-4, past the fp32 tolerance, while both are right to ~1e-6 in strict fp32.
-    """
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.get_float32_matmul_precision())
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
-        torch.set_float32_matmul_precision(saved[2])
-
-
 def first_check(problem: Problem, path: Path, trials: int = 3, timing: bool = True, tf32: bool = False) -> FirstCheck:
     """Correct on `trials` fresh inputs, then eager/torch.compile/ModelNew times, all in strict fp32;
     `tf32`: the file was compiled with --precision tf32, so all three run with TF32 allowed and fp32
-    is held to 1e-3."""
+    is held to the table's TF32 row."""
     with fp32_mode(tf32):
-        return _first_check(problem, path, trials, timing, {torch.float32: 1e-3} if tf32 else {})
+        return _first_check(problem, path, trials, timing, {torch.float32: TF32} if tf32 else {})
 
 
 def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolerance: dict) -> FirstCheck:
@@ -136,10 +83,10 @@ def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolera
     with torch.no_grad():
         for t in range(trials):
             torch.manual_seed(1000 + t)
-            inputs = _cuda(problem.inputs())
+            inputs = to_cuda(problem.inputs())
             input_sets.append(inputs)
-            want = _outputs(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
-            got = _outputs(new(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+            want = _outputs(ref(*clone_all(inputs)))
+            got = _outputs(new(*clone_all(inputs)))
             torch.cuda.synchronize()
             for o, w in zip(got, want):
                 ok, max_abs, rel, why = compare(o, w, tolerance)
@@ -156,5 +103,5 @@ def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolera
             except Exception as e:  # torch.compile failing is information, not our failure
                 report.errors.append(f"torch.compile failed: {type(e).__name__}")
             fns["ModelNew"] = new
-            report.times_ms.update(time_interleaved(fns, input_sets))
+            report.times_ms.update(medians(fns, input_sets))
     return report

@@ -1,4 +1,5 @@
-"""Runtime anti-cheat probes: clocks, threads, processes, precision flags, freed-memory poison, kernels run."""
+"""Runtime anti-cheat probes (clocks, threads, processes, precision flags, freed-memory poison, kernels run),
+and the one switch that sets the fp32 precision the judge and the first check run under."""
 from __future__ import annotations
 
 import importlib
@@ -73,12 +74,42 @@ def precision_flags() -> dict[str, str]:
     return out
 
 
-def set_strict_fp32(allow_tf32: bool) -> str:
-    """Set the fp32 flags the options ask for; returns the precision line for the report."""
+def set_fp32(allow_tf32: bool) -> tuple[bool, bool, str]:
+    """Strict fp32 (TF32 off for cuBLAS and cuDNN, float32_matmul_precision "highest"), or TF32
+    allowed for both ("high"); returns the settings it replaced, for `restore_fp32`."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
     torch.backends.cuda.matmul.allow_tf32 = allow_tf32
     torch.backends.cudnn.allow_tf32 = allow_tf32
     torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
+    return saved
+
+
+def restore_fp32(saved: tuple[bool, bool, str]) -> None:
+    """Put back what `set_fp32` replaced."""
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+    torch.set_float32_matmul_precision(saved[2])
+
+
+def precision_line(allow_tf32: bool) -> str:
+    """How fp32 runs under `set_fp32(allow_tf32)`, for reports."""
     return "fp32 with TF32 allowed" if allow_tf32 else "strict fp32 (TF32 off for cuBLAS and cuDNN)"
+
+
+@contextmanager
+def fp32_mode(allow_tf32: bool):
+    """`set_fp32(allow_tf32)` for the block, the previous settings restored after; yields the precision line.
+
+    The one strict-fp32 switch: the judge's child process and the first check both run under it.
+    NOTE: a rewrite may change which fp32 values a conv multiplies (the reduce rewrites pool first or
+    sum filters); under TF32 each side rounds its own operands to 10 bits and the two differ by more
+    than the fp32 tolerance, while both are right in strict fp32.
+    """
+    saved = set_fp32(allow_tf32)
+    try:
+        yield precision_line(allow_tf32)
+    finally:
+        restore_fp32(saved)
 
 
 def thread_count() -> int:

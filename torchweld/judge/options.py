@@ -12,7 +12,7 @@ USAGE_EXIT = 2
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """Everything the judge may vary; passed whole from the CLI to the worker process."""
+    """Everything the judge may vary; passed whole from the CLI to the child process (child.py)."""
 
     timeout_s: float = 600.0
     tolerance: str = "oracle"  # oracle | table | kernelbench
@@ -31,6 +31,9 @@ class CheckOptions:
     stream_probes: int = 10  # extra calls whose results are read at once (a side-stream race shows up)
     fresh_sets: int = 6  # never-seen input sets timed once each (catches caching by value)
     allow_tf32: bool = False  # the judge's fp32 is strict fp32 unless this says otherwise
+    # Where the bench runs several judges at once, what they share:
+    gpu_lock: str | None = None  # a lock file: judges on one GPU take turns through it for the GPU work
+    judges_dir: str | None = None  # judges register here; the one timing pauses the others (judge/quiet.py)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -1,12 +1,11 @@
 """A quiet machine while one judge times: where the bench runs several judges at once (`--per-gpu`),
 the one timing pauses the others (SIGSTOP to each one's process group) and resumes them after.
 
-Why: the host's speed is part of a call's time wherever the GPU waits on launches. With 5 judges on
-one H100 host, eager/compile/candidate medians of launch-bound problems came out about 2x what one
-judge alone measured, and not by the same factor for each: `linear_log_softmax` read 0.95x eager
-beside 4 busy judges and 1.41x alone.
+Why: the host's speed is part of a call's time wherever the GPU waits on launches. Beside busy
+judges, the medians of launch-bound problems come out slower than one judge alone measures them,
+and not by the same factor for eager, torch.compile and the candidate, so their ratio moves too.
 
-The judges register in a directory (`TORCHWELD_JUDGES_DIR`, set by the bench): one file per judge,
+The judges register in a directory (`CheckOptions.judges_dir`, set by the bench): one file per judge,
 named by its process group (each judge runs in a session of its own), holding its command line, so
 a pid that was reused by another program is never stopped. One judge times at a time (a lock in
 that directory), so two cannot pause each other. `judge_ended` undoes every pause: `check` calls it
@@ -19,9 +18,6 @@ import os
 import signal
 from pathlib import Path
 
-ENV = "TORCHWELD_JUDGES_DIR"
-
-
 def _cmdline(pid: int) -> bytes | None:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -29,9 +25,8 @@ def _cmdline(pid: int) -> bytes | None:
         return None
 
 
-def register(directory: str | os.PathLike | None = None) -> Path | None:
-    """Enter this process's group (this process leads it) into the directory; None where unset."""
-    directory = directory or os.environ.get(ENV)
+def register(directory: str | os.PathLike | None) -> Path | None:
+    """Enter this process's group (this process leads it) into the directory; None where there is none."""
     if not directory or not hasattr(os, "getpgrp"):
         return None
     mine = _cmdline(os.getpid())
@@ -68,9 +63,8 @@ def _signal_groups(groups: list[int], sig) -> None:
 
 
 @contextlib.contextmanager
-def quiet(directory: str | os.PathLike | None = None):
-    """Every other registered judge paused for the block (a no-op where none is registered)."""
-    directory = directory or os.environ.get(ENV)
+def quiet(directory: str | os.PathLike | None):
+    """Every other judge registered in `directory` paused for the block (a no-op where there is none)."""
     if not directory or not Path(directory).is_dir():
         yield []
         return
@@ -86,10 +80,9 @@ def quiet(directory: str | os.PathLike | None = None):
             _signal_groups(paused, signal.SIGCONT)
 
 
-def judge_ended(group: int, directory: str | os.PathLike | None = None) -> None:
+def judge_ended(group: int, directory: str | os.PathLike | None) -> None:
     """A judge's process group is gone, killed or not: its entry goes, and every other judge gets a
     SIGCONT (a killed judge may have died between its pause and its resume)."""
-    directory = directory or os.environ.get(ENV)
     if directory and Path(directory).is_dir():
         unregister(Path(directory) / str(group))
         _signal_groups(_others(Path(directory)), signal.SIGCONT)

@@ -1,11 +1,20 @@
-"""Timing: CUDA events around each call, L2 flushed before each, rotating inputs, median of many runs."""
-from __future__ import annotations
+"""The timing stage, and the one timer: CUDA events around each call, L2 flushed before each, rotating
+inputs, median of many runs.
 
-import statistics
+The judge times with `Timer`, and so does the first check `torchweld compile` runs (`medians`). Its L2
+flush and its median are runtime/timing.py's, the rules the emitted files' `_tw_time` follows. The
+stage (`stage`) times eager, torch.compile and the candidate interleaved, then checks what only timing
+shows: results cached by input value, work left running on another stream.
+"""
+from __future__ import annotations
 
 import torch
 
+from torchweld.judge import guards, quiet
+from torchweld.judge.correctness import cheat, to_cuda
 from torchweld.judge.guards import RealClocks
+from torchweld.judge.tolerance import compare
+from torchweld.runtime.timing import flush_buffer, l2_bytes, median
 
 METHOD = ("CUDA events (captured before the candidate was imported) around each call on the current stream; "
           "L2 flushed before each call by writing a buffer of 2x the L2 size; {warmup} warm-up calls; "
@@ -21,18 +30,18 @@ class Timed:
 
     def half_median(self) -> float:
         """The median of the second half of the runs (against the whole: drift within the run)."""
-        return statistics.median(self.times[len(self.times) // 2:])
+        return median(self.times[len(self.times) // 2:])
 
 
 class Timer:
     """Times callables the same way for eager, torch.compile and the candidate."""
 
-    def __init__(self, clocks: RealClocks, min_runs: int, min_s: float, max_runs: int, warmup: int = 3):
+    def __init__(self, clocks: RealClocks, min_runs: int, min_s: float, max_runs: int, warmup: int = 3,
+                 device=None):
         self.clocks, self.min_runs, self.min_s, self.max_runs, self.warmup = clocks, min_runs, min_s, max_runs, warmup
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        l2 = int(getattr(props, "L2_cache_size", 0) or 0) or 50 * 1024 * 1024
-        self.l2_bytes = l2
-        self.flush_buf = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
+        device = torch.cuda.current_device() if device is None else device
+        self.l2_bytes = l2_bytes(device)
+        self.flush_buf = flush_buffer(device)
 
     def flush(self):
         self.flush_buf.zero_()
@@ -51,8 +60,8 @@ class Timer:
     def pair(self, fn, seen, fresh, fresh_first: bool) -> tuple[float, float, object]:
         """One call on already-seen inputs and one on never-seen ones, each from an idle GPU: (seen ms,
         fresh ms, the fresh call's output). Work still queued before a call lets the host run ahead,
-        which hides that call's launch overhead: a launch-bound file looked 4x faster on seen inputs,
-        timed right after an unsynchronised reference call, than on fresh ones timed after it."""
+        which hides that call's launch overhead: timed right after an unsynchronised reference call, a
+        launch-bound file looked faster on the seen inputs than on the fresh ones, by its launch time."""
         self.clocks.synchronize()
         if fresh_first:
             fresh_ms, out = self.one(fn, fresh)
@@ -61,11 +70,6 @@ class Timer:
             seen_ms, _ = self.one(fn, seen)
             fresh_ms, out = self.one(fn, fresh)
         return seen_ms, fresh_ms, out
-
-    def median(self, fn, sets: list) -> tuple[float, int, list]:
-        """(median ms, runs, last output per input set) over rotating `sets`."""
-        r = self.interleaved({"fn": fn}, sets)["fn"]
-        return r.median, len(r.times), r.last
 
     def interleaved(self, fns: dict, sets: list) -> dict[str, "Timed"]:
         """Each function timed call by call in turn (the turn's first function rotating), so a drift
@@ -87,7 +91,7 @@ class Timer:
                 last[label][k] = out
                 times[label].append(ms)
             i += 1
-        return {k: Timed(statistics.median(v), v, last[k]) for k, v in times.items()}
+        return {k: Timed(median(v), v, last[k]) for k, v in times.items()}
 
     def wall_and_events(self, fn, args, runs: int = 10) -> tuple[float, float]:
         """(median wall ms of call + device-wide synchronize, median CUDA-event ms of the call)."""
@@ -107,11 +111,18 @@ class Timer:
             c.record(e)
             c.synchronize()
             ev.append(c.elapsed_time(s, e))
-        return statistics.median(wall), statistics.median(ev)
+        return median(wall), median(ev)
 
     def method(self, sets: int) -> str:
         return METHOD.format(warmup=self.warmup, sets=sets, runs=self.min_runs, secs=self.min_s) + (
             f"; L2 {self.l2_bytes / 2**20:.0f} MiB")
+
+
+def medians(fns: dict, sets: list, runs: int = 30, clocks: RealClocks | None = None, device=None) -> dict[str, float]:
+    """Median ms of each function over exactly `runs` interleaved runs after one warm-up call per input
+    set: the first check's timing (it has no candidate to guard against, so the clocks are taken now)."""
+    timer = Timer(clocks or RealClocks(), runs, 0.0, runs, warmup=len(sets), device=device)
+    return {k: t.median for k, t in timer.interleaved(fns, sets).items()}
 
 
 def compile_model(model, mode: str, sample: list, clocks: RealClocks):
@@ -123,5 +134,122 @@ def compile_model(model, mode: str, sample: list, clocks: RealClocks):
             compiled(*sample)
         clocks.synchronize()
     except Exception as e:  # noqa: BLE001 - a compile failure is recorded, timing carries on
-        return None, clocks.perf_counter() - t0, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+        text = str(e).strip()
+        return None, clocks.perf_counter() - t0, f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]
     return compiled, clocks.perf_counter() - t0, None
+
+
+# ---- the stage ---------------------------------------------------------------------------------------
+
+def compile_reference(j, problem, pair):
+    """torch.compile of the original, before any timing, so that all three can be timed interleaved:
+    (compiled or None, seconds, error). Its first call's effect on buffers (a training batch norm's
+    statistics) is undone. `j` is the child's Judging."""
+    j.stage("torch.compile")
+    torch.manual_seed(j.opts.seed * 1000 + 501)
+    sample = to_cuda(problem.inputs())
+    saved = {k: b.clone() for k, b in pair.ref.named_buffers()}
+    result = compile_model(pair.ref, j.opts.compile_mode, sample, j.clocks)
+    with torch.no_grad():
+        for k, b in pair.ref.named_buffers():
+            b.copy_(saved[k])
+    # NOTE: Inductor's compile workers are not the candidate's: the thread/process baseline is taken
+    # again (everything the candidate started before this point was checked just above).
+    j.threads0, j.kids0 = guards.thread_count(), guards.child_pids()
+    return result
+
+
+def stage(j, problem, pair, compiled_ref):
+    """Eager, torch.compile and the candidate timed interleaved (other judges of the bench paused
+    meanwhile), then the checks only timing can make."""
+    j.stage("timing")
+    opts = j.opts
+    if opts.anti_cheat:
+        j.check_environment("before timing")
+    timer = Timer(j.clocks, opts.timing_runs, opts.timing_min_s, opts.timing_max_runs)
+    sets = []
+    for s in range(opts.timing_sets):
+        torch.manual_seed(opts.seed * 1000 + 501 + s)
+        sets.append(to_cuda(problem.inputs()))
+    compiled, secs, err = compiled_ref
+    if compiled is None:
+        j.r["details"].append(f"torch.compile({opts.compile_mode}) failed: {err}")
+    fns = {"eager": pair.ref, "candidate": pair.cand}
+    if compiled is not None:
+        fns["compile"] = compiled
+    # NOTE: other judges of the bench paused meanwhile: the host's speed is part of a launch-bound time.
+    with quiet.quiet(opts.judges_dir) as paused:
+        timed = timer.interleaved(fns, sets)
+        eager, cand = timed["eager"], timed["candidate"]
+        cand_ms = cand.median
+        t = {"eager_ms": eager.median, "compile_ms": None, "candidate_ms": cand_ms, "compile_build_s": secs,
+             "speedup_vs_eager": eager.median / cand_ms if cand_ms else None, "speedup_vs_compile": None,
+             "candidate_ms_repeat": cand.half_median(), "method": timer.method(len(sets)), "runs": len(cand.times)}
+        if compiled is not None:
+            t["compile_ms"] = timed["compile"].median
+            t["speedup_vs_compile"] = t["compile_ms"] / cand_ms if cand_ms else None
+        t["judges_paused"] = len(paused)
+        j.r["timing"] = t
+        ref_last, cand_last = eager.last, cand.last
+        del timed, eager, cand
+        if opts.anti_cheat:
+            timing_checks(j, problem, pair, timer, sets, ref_last, cand_last, t)
+            j.check_environment("after timing the candidate")
+        del ref_last, cand_last
+
+
+def timing_checks(j, problem, pair, timer: Timer, sets, ref_last, cand_last, t: dict):
+    """Timed outputs still right; event time vs wall time; fresh inputs as fast as rotating ones."""
+    for k, (out, ref) in enumerate(zip(cand_last, ref_last)):
+        verdict = compare(out, ref, mode="kernelbench")
+        if verdict["rel"] is None or verdict["rel"] > 2e-2 or "NaN" in verdict["why"]:
+            j.caught([cheat("input_cache", f"the output of the last timed call on input set {k} is wrong "
+                                           f"(rel error {verdict['rel']}): a cached or stale result")], "timing")
+    wall, ev = timer.wall_and_events(pair.cand, sets[0])
+    t["wall_ms"], t["event_ms"] = wall, ev
+    if wall > 2 * ev + 0.2:
+        j.caught([cheat("stream_timing", f"CUDA events on the caller's stream see {ev:.3f} ms but call + "
+                                         f"device-wide synchronize takes {wall:.3f} ms: work runs on "
+                                         "another stream")], "timing")
+    # Never-seen inputs against already-seen ones, timed in pairs under the same conditions: each call
+    # starts from an idle GPU, and which of the two goes first alternates.
+    found = fresh_vs_seen(j, problem, pair, timer, sets, j.opts.fresh_sets, 701)
+    if found is None:
+        return
+    med, med_seen, n = found
+    t["fresh_ms"], t["seen_ms"] = med, med_seen
+    if med > 1.5 * med_seen + 0.02:
+        # NOTE: a few pairs on a short problem can differ by chance, on an honest file too: a second
+        # round of new inputs, at least 6 pairs, must agree.
+        med2, seen2, n2 = fresh_vs_seen(j, problem, pair, timer, sets, max(6, 2 * n), 801)
+        t["fresh_ms_again"], t["seen_ms_again"] = med2, seen2
+        if med2 > 1.5 * seen2 + 0.02:
+            j.caught([cheat("input_cache", f"a call on never-seen inputs takes {med:.3f} ms but on "
+                                           f"already-seen inputs {med_seen:.3f} ms (medians of {n} "
+                                           f"interleaved pairs; {med2:.3f} against {seen2:.3f} ms in "
+                                           f"{n2} more): results are cached by input value")], "timing")
+        else:
+            j.r["details"].append(f"never-seen inputs: {med:.3f} against {med_seen:.3f} ms in {n} pairs, "
+                                  f"not confirmed by {n2} more ({med2:.3f} against {seen2:.3f} ms)")
+
+
+def fresh_vs_seen(j, problem, pair, timer: Timer, sets, n: int, seed0: int):
+    """(median ms on never-seen inputs, median ms on already-seen ones, pairs), or None for n = 0;
+    each never-seen output is checked against the reference too."""
+    fresh_sets = []
+    for k in range(n):
+        torch.manual_seed(j.opts.seed * 1000 + seed0 + k)
+        fresh_sets.append(to_cuda(problem.inputs()))
+    fresh, seen = [], []
+    for k, inputs in enumerate(fresh_sets):
+        expected = pair.ref(*inputs)
+        seen_ms, ms, out = timer.pair(pair.cand, sets[k % len(sets)], inputs, fresh_first=k % 2 == 1)
+        seen.append(seen_ms)
+        fresh.append(ms)
+        verdict = compare(out, expected, mode="kernelbench")
+        if verdict["rel"] is None or verdict["rel"] > 2e-2 or "NaN" in verdict["why"]:
+            j.caught([cheat("input_cache", f"wrong on never-seen timing inputs (rel error {verdict['rel']})")],
+                     "timing")
+    if not fresh:
+        return None
+    return median(fresh), median(seen), len(fresh)

@@ -2,6 +2,11 @@
 
 Everything below the `pasted from here` line is pasted into emitted files (which need PyTorch
 alone) by emit/runtime.py; above it, what makes this a module of its own.
+
+The judge and the first check `torchweld compile` runs set fp32 precision with one switch of their
+own, judge/guards.fp32_mode, which sets these two flags and float32_matmul_precision and restores
+them; an emitted file cannot import it, so it carries this one, which allows TF32 around the
+forward of a file compiled with `--precision tf32` and puts the caller's two flags back after.
 """
 import torch
 

@@ -1,4 +1,6 @@
-"""Correctness trials: reference vs candidate on fresh inputs, with the runtime checks that ride along."""
+"""The correctness stage: trials of reference vs candidate on fresh inputs, with the runtime checks that ride
+along (outputs reused or not ready, inputs mutated, stale memory, lower precision), the kernels the candidate
+launches, and its buffers against the original's."""
 from __future__ import annotations
 
 import copy
@@ -6,7 +8,73 @@ import copy
 import torch
 
 from torchweld.judge import guards
+from torchweld.judge.build import kernel_names
 from torchweld.judge.tolerance import compare, downgrade_level, flatten
+
+
+def stage(j, problem, pair: "Pair", source: str):
+    """`opts.trials` trials on fresh inputs (each candidate call after the first on the previous call's input
+    storage), then its buffers, the kernels it launches and the stream probe; `j` is the child's Judging."""
+    j.stage("correctness")
+    opts = j.opts
+    cand_in, out = None, None
+    for t in range(opts.trials):
+        torch.manual_seed(opts.seed * 1000 + 1 + t)
+        cpu = problem.inputs()
+        verdict, cheats, cand_in, out = run_trial(pair, cpu, f"trial {t + 1} (seed {opts.seed * 1000 + 1 + t})",
+                                                  opts, reuse=cand_in, prev_out=out, anti_cheat=opts.anti_cheat)
+        j.r["correctness"].append(verdict)
+        j.caught(cheats, f"correctness trial {t + 1}")
+        if not verdict["ok"]:
+            j.finish("wrong", f"wrong output on trial {t + 1}: {verdict['why']}")
+    check_buffers(j, pair, f"after {opts.trials} trials")
+    if pair.oracle_error:
+        j.r["details"].append(f"float64 oracle unavailable ({pair.oracle_error}); the dtype table decided")
+    if opts.anti_cheat:
+        # NOTE: never-seen inputs, so a result cache cannot hide whether the candidate's own kernels run.
+        torch.manual_seed(opts.seed * 1000 + 99)
+        fresh = to_cuda(problem.inputs())
+        j.caught(kernel_check(pair, fresh, kernel_names(source), problem.model_cls), "profiled forward")
+        j.caught(stream_probe(pair, fresh, opts.stream_probes), "stream probe")
+        j.check_environment("after the correctness calls")
+
+
+def check_buffers(j, pair: "Pair", when: str):
+    """Running statistics (and every other buffer) of the candidate against the original's, after
+    the same calls on the same inputs: a batch norm in training mode must update them as PyTorch does."""
+    verdict = compare_buffers(pair.ref, pair.cand, when)
+    if verdict is None:
+        return
+    j.r["buffers"].append(verdict)
+    if not verdict["ok"]:
+        j.finish("wrong", f"buffers differ {when}: {verdict['why']}")
+
+
+def compare_buffers(ref, cand, when: str) -> dict | None:
+    """One verdict over every buffer the two models share by name (None when the original has none)."""
+    ref_b, cand_b = dict(ref.named_buffers()), dict(cand.named_buffers())
+    if not ref_b:
+        return None
+    missing = sorted(set(ref_b) - set(cand_b))
+    if missing:
+        return {"inputs": when, "ok": True, "why": f"the candidate has no buffer {missing[0]}: not compared",
+                "compared": 0}
+    worst = None
+    for name, r in ref_b.items():
+        v = compare(cand_b[name], r, None, "table", 4.0, name)
+        if not v["ok"]:
+            return {"inputs": when, "ok": False, "why": f"{name}: {v['why']}", "compared": len(ref_b),
+                    "max_abs": v["max_abs"], "rel": v["rel"]}
+        if v["rel"] is not None and (worst is None or v["rel"] > worst[1]):
+            worst = (name, v["rel"])
+    why = f"{len(ref_b)} buffers match" + (f" (worst {worst[0]}, rel {worst[1]:.2e})" if worst else "")
+    return {"inputs": when, "ok": True, "why": why, "compared": len(ref_b)}
+
+
+def error_line(e: BaseException) -> str:
+    """An exception's first line (its type where it has no text), at most 300 characters."""
+    s = str(e).strip()
+    return (s.splitlines()[0] if s else type(e).__name__)[:300]
 
 
 def to_cuda(inputs) -> list:
@@ -123,7 +191,7 @@ def run_trial(pair: Pair, cpu_inputs: list, label: str, opts, reuse: list | None
     cheats = []
     refs = flatten(ref_out)
     if anti_cheat:
-        cheats += _checks(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates)
+        cheats += _trial_cheats(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates)
     verdict = compare(snap if len(snap) != 1 else snap[0], ref_out, truth, opts.tolerance, opts.oracle_factor, label)
     verdict["reused_inputs"] = reused
     if not verdict["ok"] and not cheats:
@@ -131,7 +199,7 @@ def run_trial(pair: Pair, cpu_inputs: list, label: str, opts, reuse: list | None
     return verdict, cheats, cand_in, out
 
 
-def _checks(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates) -> list[dict]:
+def _trial_cheats(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates) -> list[dict]:
     found = []
     for r, o in zip(refs, outs):
         if type(r) is torch.Tensor and type(o) is not torch.Tensor:
@@ -223,7 +291,7 @@ def kernel_check(pair: Pair, cand_in, defined: set[str], problem_cls) -> list[di
         found.append(cheat("calls_reference", "forward() calls the original Model"))
     if launched is None:
         return found
-    ours = [k for k in launched if any(_word(d, k) for d in defined)]
+    ours = [k for k in launched if any(_whole_word(d, k) for d in defined)]
     if not defined:
         # NOTE: nothing custom to fall back from: a file of library calls only (what torchweld emits for a
         # lone convolution) is timed as it is; the result says so instead of calling it a cheat.
@@ -237,7 +305,7 @@ def kernel_check(pair: Pair, cand_in, defined: set[str], problem_cls) -> list[di
     return found
 
 
-def _word(name: str, text: str) -> bool:
+def _whole_word(name: str, text: str) -> bool:
     import re
 
     return re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) is not None

@@ -9,7 +9,7 @@ import torch
 
 from torchweld.judge import EXIT_CODES, CheckOptions, check
 from torchweld.judge.cli import main
-from torchweld.judge.report import render
+from torchweld.judge.render import render
 
 FIX = Path(__file__).parent / "fixtures" / "judge"
 ROOT = Path(__file__).parent.parent
@@ -78,12 +78,12 @@ def test_no_gpu_is_a_runtime_error_not_a_crash():
     assert res["static"] == [] and res["torch"] == torch.__version__
 
 
-def test_timeout_kills_the_worker():
+def test_timeout_kills_the_child():
     res = check(FIX / "problem_relu_bias.py", FIX / "honest_relu_bias.py", CheckOptions(timeout_s=0.2))
     assert res["outcome"] == "timeout" and "no result within 0.2 s" in res["message"]
 
 
-def test_worker_crash_is_reported(tmp_path):
+def test_child_crash_is_reported(tmp_path):
     cand = tmp_path / "crash.py"
     cand.write_text("import os\nos.abort()\nclass ModelNew: pass\n")
     res = check(FIX / "problem_relu_bias.py", cand, CheckOptions(timeout_s=120))

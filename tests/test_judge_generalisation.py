@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from torchweld.judge.variants import Variant, all_variants, init_variants, reshape_inputs, shape_variants
+from torchweld.judge.generalisation import Variant, all_variants, init_variants, reshape_inputs, shape_variants
 
 ROOT = Path(__file__).parent.parent
 
@@ -65,7 +65,7 @@ def test_limit():
 def test_mode_variant_only_where_a_norm_keeps_running_statistics():
     from torch import nn
 
-    from torchweld.judge.worker import mode_variant
+    from torchweld.judge.generalisation import mode_variant
 
     assert mode_variant(nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4))) is None
     assert mode_variant(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))) is True  # fresh: training
@@ -79,7 +79,7 @@ def test_mode_variant_only_where_a_norm_keeps_running_statistics():
 def test_compare_buffers_catches_a_wrong_running_statistic():
     from torch import nn
 
-    from torchweld.judge.worker import compare_buffers
+    from torchweld.judge.correctness import compare_buffers
 
     ref, cand = nn.BatchNorm1d(5), nn.BatchNorm1d(5)
     x = torch.randn(8, 5)
