@@ -81,12 +81,17 @@ class SubprocessJudge:
         self.live: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
 
-    def __call__(self, problem: Path, candidate: Path, env: dict) -> dict:
+    def child_env(self, env: dict) -> dict:
+        """This process's environment without the key (under any name), plus the slot's overrides."""
         secret = {os.environ.get(k) for k in self.hide} - {None, ""}
-        child_env = {k: v for k, v in os.environ.items() if k not in self.hide and v not in secret}
-        child_env.update(env)
+        out = {k: v for k, v in os.environ.items() if k not in self.hide and v not in secret}
+        out.update(env)
         root = str(Path(__file__).resolve().parents[2])
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, child_env.get("PYTHONPATH")) if p)
+        out["PYTHONPATH"] = os.pathsep.join(p for p in (root, out.get("PYTHONPATH")) if p)
+        return out
+
+    def __call__(self, problem: Path, candidate: Path, env: dict) -> dict:
+        child_env = self.child_env(env)
         with tempfile.TemporaryDirectory(prefix="torchweld-agent-judge-") as tmp:
             opts_path, result_path = Path(tmp) / "options.json", Path(tmp) / "result.json"
             opts_path.write_text(json.dumps(asdict(self.opts)))

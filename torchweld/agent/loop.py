@@ -10,7 +10,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -194,6 +194,8 @@ class Agent:
             self.writer.write({"event": "reply", **base, "reply": reply.text, "finish_reason": reply.finish_reason,
                                "tokens": {"prompt": reply.prompt_tokens, "completion": reply.completion_tokens},
                                "request_s": round(reply.seconds, 3), "attempts": reply.attempts, "wall": time.time()})
+        # NOTE: a model (or endpoint) that echoes the key must not get it written into a candidate file either.
+        reply = replace(reply, text=self.redact.text(reply.text))
         code, own, text = examine(reply)
         result, judge_key, candidate, t_judge = None, None, None, time.monotonic()
         if own is None:
@@ -253,4 +255,4 @@ class Agent:
             tmp.replace(path)
 
     def say(self, line: str):
-        self.console.print(self.redact.text(line), markup=False, highlight=False)
+        self.console.print(self.redact.text(line), markup=False, highlight=False, soft_wrap=True)
