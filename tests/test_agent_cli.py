@@ -69,9 +69,16 @@ def test_the_real_judge_runs_without_the_key_in_its_environment(monkeypatch):
     monkeypatch.setenv("TW_SAME_VALUE", KEY)
     env = SubprocessJudge(hide_env=("TW_TEST_KEY",)).child_env({"CUDA_VISIBLE_DEVICES": "3"})
     assert KEY not in env.values() and "TW_TEST_KEY" not in env and env["CUDA_VISIBLE_DEVICES"] == "3"
-    slots = make_slots(["0", "1"], 2, Path("/tmp/locks"))
-    assert [s.gpu for s in slots] == ["0", "0", "1", "1"] and slots[0].env()["TORCHWELD_GPU_LOCK"].endswith("gpu0.lock")
-    assert make_slots([], 1, Path("/tmp/locks")) == [Slot(None, None)]
+
+
+def test_slots_pin_judges_as_the_bench_does(tmp_path):
+    slots = make_slots(["0", "1"], 2, tmp_path)
+    assert [s.gpu for s in slots] == ["0", "0", "1", "1"]
+    env = slots[2].env()
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["TORCHWELD_GPU_LOCK"] == str(tmp_path / "gpu1.lock")
+    assert env["TORCHWELD_JUDGES_DIR"] == str(tmp_path / "judges") and (tmp_path / "judges").is_dir()
+    assert make_slots([], 1, tmp_path) == [Slot(None)] and Slot(None).env() == {}
+    assert make_slots(["0"], 1, tmp_path)[0].env() == {"CUDA_VISIBLE_DEVICES": "0"}
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks what the judge says on a CPU machine")

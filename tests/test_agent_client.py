@@ -120,3 +120,14 @@ def test_redactor():
     r = Redactor(KEY)
     assert r.data({"a": [f"x{KEY}y", 3], "b": None}) == {"a": ["x[api key]y", 3], "b": None}
     assert Redactor(None).text("abc") == "abc" and Redactor("").text("abc") == "abc"
+
+
+def test_stream_without_stream_options_where_the_server_rejects_them():
+    def route(body):
+        return error(400, "unknown field stream_options") if "stream_options" in body else reply("streamed")
+
+    state = Replay(route=route)
+    with ReplayServer(state) as url:
+        c = client(url, stream=True)
+        assert c.chat(HI).text == "streamed" and c.chat(HI).text == "streamed"
+    assert ["stream_options" in b for b in state.requests] == [True, False, False]

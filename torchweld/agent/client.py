@@ -92,6 +92,7 @@ class ChatClient:
         self.client = openai.OpenAI(base_url=self.url, api_key=key or "none", max_retries=0,
                                     timeout=openai.Timeout(opts.timeout_s, connect=opts.connect_timeout_s))
         self.reached = False  # the endpoint has answered at least once (then a dropped connection is retried)
+        self.usage_in_stream = True
 
     def chat(self, messages: list[dict]) -> Reply:
         t0 = time.monotonic()
@@ -125,7 +126,15 @@ class ChatClient:
             usage = getattr(r, "usage", None)
             return (c.message.content or "", c.finish_reason, getattr(usage, "prompt_tokens", None),
                     getattr(usage, "completion_tokens", None))
-        stream = self.client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True})
+        extra = {"stream_options": {"include_usage": True}} if self.usage_in_stream else {}
+        try:
+            stream = self.client.chat.completions.create(**kw, stream=True, **extra)
+        except self.openai.APIStatusError as e:
+            if not extra or e.status_code not in (400, 422):
+                raise
+            # NOTE: some servers reject stream_options: ask without it (no token counts) from now on.
+            self.usage_in_stream = False
+            stream = self.client.chat.completions.create(**kw, stream=True)
         self.reached = True
         parts, finish, usage = [], None, None
         for chunk in stream:

@@ -28,8 +28,11 @@ JUDGE_ERROR = "judge_error"  # the agent's outcome for a judge that crashed or h
 
 @dataclass(frozen=True)
 class Slot:
+    """Where one judge runs; the same variables the bench's workers set for the judge's worker process."""
+
     gpu: str | None  # a CUDA_VISIBLE_DEVICES value, or None (unpinned)
-    lock: Path | None  # a lock file shared by the judges of one GPU (--per-gpu > 1)
+    lock: Path | None = None  # a lock file shared by the judges of one GPU (--per-gpu > 1)
+    judges: Path | None = None  # where judges running side by side register, so the one timing pauses the others
 
     def env(self) -> dict:
         env = {}
@@ -37,15 +40,19 @@ class Slot:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu
         if self.lock is not None:  # read by the judge's worker: it holds the GPU's lock while it runs there
             env["TORCHWELD_GPU_LOCK"] = str(self.lock)
+        if self.judges is not None:  # read by torchweld.judge.quiet
+            env["TORCHWELD_JUDGES_DIR"] = str(self.judges)
         return env
 
 
 def make_slots(gpus: list[str], per_gpu: int, lock_dir: Path) -> list[Slot]:
     """per_gpu slots for each GPU (one unpinned GPU when none is visible); a shared lock where per_gpu > 1."""
-    out = []
+    out, several = [], len(gpus or [None]) * per_gpu > 1
+    if several:
+        (lock_dir / "judges").mkdir(parents=True, exist_ok=True)
     for gpu in gpus or [None]:
         lock = lock_dir / f"gpu{gpu if gpu is not None else ''}.lock" if per_gpu > 1 else None
-        out += [Slot(gpu, lock) for _ in range(per_gpu)]
+        out += [Slot(gpu, lock, lock_dir / "judges" if several else None) for _ in range(per_gpu)]
     return out
 
 
