@@ -186,3 +186,14 @@ def test_endpoint_gone_stops_the_run_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "404" in err[0] and "--base-url" in err[0]
     assert len(state.requests) == 1  # the other conversations were not started
+
+
+def test_start_compiled_opens_with_our_model_new_and_its_plan(tmp_path):
+    state = Replay(script=[reply("```python\nclass ModelNew:\n    pass\n```")])
+    with ReplayServer(state) as url:
+        assert run(url, tmp_path, [FIX / "judge" / "problem_relu_bias.py"], "--rounds", "1", "--start", "compiled",
+                   judge=lambda *a: correct()) == 0
+    first = state.requests[0]["messages"][1]["content"]
+    assert "A compiler (torchweld) has already written a correct `ModelNew`" in first and "Beat it" in first
+    assert "def forward(...):" in first and "# fused:" in first and "load_inline" in first
+    assert rounds(tmp_path)[0]["start"] == "compiled" and rounds(tmp_path)[0]["prompt"] == first

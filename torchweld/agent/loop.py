@@ -206,7 +206,7 @@ class Agent:
             result = self.state.cache.get(judge_key)
             if result is None:
                 result = self.redact.data(self.judge(conv.problem.path, candidate))
-            if self.state.stop.is_set():
+            if self.state.stop.is_set() and self.state.fatal is None:
                 return None  # interrupted while judging: the reply is saved, and resume judges it again
             own = JUDGE_ERROR if result.get("outcome") == JUDGE_ERROR else None
             text = feedback.judge_error(result.get("message", "")) if own else feedback.render(result, code)
