@@ -78,17 +78,17 @@ def run(args, judge: Callable | None = None, console: Console | None = None, cli
     err = Console(stderr=True)
     problem = _usage(args)
     if problem:
-        err.print(f"torchweld agent: {problem}", markup=False, highlight=False, soft_wrap=True)
+        _say(err, f"torchweld agent: {problem}")
         return USAGE_ERROR
     try:
         problems = [load_problem(p) for p in args.problems]
     except (ProblemError, FileNotFoundError) as e:
-        err.print(f"torchweld agent: {e}", markup=False, highlight=False, soft_wrap=True)
+        _say(err, f"torchweld agent: {e}")
         return USAGE_ERROR
     names = [p.name for p in problems]
     dups = sorted({n for n in names if names.count(n) > 1})
     if dups:
-        err.print(f"torchweld agent: problems share a name: {', '.join(dups)}", markup=False, highlight=False, soft_wrap=True)
+        _say(err, f"torchweld agent: problems share a name: {', '.join(dups)}")
         return USAGE_ERROR
     key = api_key(args.api_key_env)
     redact = Redactor(key)
@@ -97,8 +97,8 @@ def run(args, judge: Callable | None = None, console: Console | None = None, cli
     if judge is None:
         gpus = visible_gpus()
         if not gpus:
-            err.print("torchweld agent: no CUDA GPU visible: the judge needs one to build, run and time each answer "
-                      "(run the agent on a GPU machine)", markup=False, highlight=False, soft_wrap=True)
+            _say(err, "torchweld agent: no CUDA GPU visible: the judge needs one to build, run and time each "
+                      "answer (run the agent on a GPU machine)")
             return USAGE_ERROR
         from torchweld.judge import CheckOptions
 
@@ -115,11 +115,10 @@ def run(args, judge: Callable | None = None, console: Console | None = None, cli
     try:
         client = ChatClient(copts, key)
     except EndpointError as e:
-        err.print(f"torchweld agent: {e}", markup=False, highlight=False, soft_wrap=True)
+        _say(err, f"torchweld agent: {e}")
         return USAGE_ERROR
     if key is None:
-        console.print(f"(${args.api_key_env} is not set: no key is sent, as a local server expects)",
-                      markup=False, highlight=False, soft_wrap=True)
+        _say(console, f"(${args.api_key_env} is not set: no key is sent, as a local server expects)")
     opts = AgentOptions(problems=tuple(p.path for p in problems), out=out, rounds=args.rounds, samples=args.samples,
                         concurrency=args.concurrency, start=args.start, check=check)
     agent = Agent(opts, client, pool, console, args.model, redact)
@@ -129,20 +128,25 @@ def run(args, judge: Callable | None = None, console: Console | None = None, cli
         agent.state.stop.set()
         if real is not None:
             real.stop_all()
-        err.print(f"torchweld agent: interrupted; {agent.state.rounds_done} round(s) saved in {agent.trajectory}: "
-                  "run the same command again to resume", markup=False, highlight=False, soft_wrap=True)
+        _say(err, f"torchweld agent: interrupted; {agent.state.rounds_done} round(s) saved in {agent.trajectory}: "
+                  "run the same command again to resume")
         return INTERRUPTED
     keys = agent.keys
     events = read(agent.trajectory)
     console.print(table(events, keys, args.rounds))
     (out / "summary.txt").write_text(redact.text(render(events, keys, args.rounds)))
     for name, (speed, _) in sorted(state.best.items()):
-        console.print(f"best {name}: {out / (name + '_new.py')} ({speed:.2f}x eager)", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"trajectory: {agent.trajectory}", markup=False, highlight=False, soft_wrap=True)
+        _say(console, f"best {name}: {out / (name + '_new.py')} ({speed:.2f}x eager)")
+    _say(console, f"trajectory: {agent.trajectory}")
     if state.fatal:
-        err.print(f"torchweld agent: {state.fatal}", markup=False, highlight=False, soft_wrap=True)
+        _say(err, f"torchweld agent: {state.fatal}")
         return ENDPOINT_ERROR
     return 0
+
+
+def _say(console: Console, text: str) -> None:
+    """One line as it is: no markup, no highlighting, no wrapping (a test or a log reads it whole)."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def main(argv=None, **kw) -> int:

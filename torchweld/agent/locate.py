@@ -83,7 +83,8 @@ def locate(source: str, ref: str, extension: str | None = None) -> Where | None:
              for t in node.targets if isinstance(t, ast.Name)}
     calls = _calls(tree)
     if extension is not None and len(calls) > 1:
-        named = [c for c in calls if isinstance(_kw(c, "name", 0), ast.Constant) and _kw(c, "name", 0).value == extension]
+        named = [c for c in calls
+                 if isinstance(_kw(c, "name", 0), ast.Constant) and _kw(c, "name", 0).value == extension]
         calls = named or calls
     if len(calls) != 1:
         return None
