@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("problem")
     e.add_argument("--passes", action="store_true", help="print the graph after every pass")
     e.set_defaults(func=_explain)
-    for module in ("torchweld.judge.cli", "torchweld.bench.runner"):
+    for module in ("torchweld.judge.cli", "torchweld.bench.runner", "torchweld.agent.cli"):
         try:
             __import__(module, fromlist=["register"]).register(sub)
         except ImportError as err:  # a part not installed in this checkout
