@@ -12,16 +12,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from torchweld.agent.cli import main  # noqa: E402
 
 
-def correct(problem, candidate, env):
+def correct(problem, candidate, slot):
     return {"outcome": "correct", "message": "correct on 5 trials", "correctness": [{"inputs": "trial 1", "ok": True}],
             "generalization": [], "cheats": [], "static": [], "details": [],
             "timing": {"eager_ms": 2.0, "compile_ms": 1.5, "candidate_ms": 1.0, "speedup_vs_eager": 2.0,
                        "speedup_vs_compile": 1.5}}
 
 
-def slow(problem, candidate, env):
+def slow(problem, candidate, slot):
     time.sleep(30)
-    return correct(problem, candidate, env)
+    return correct(problem, candidate, slot)
 
 
 if __name__ == "__main__":

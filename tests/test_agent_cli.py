@@ -74,9 +74,9 @@ def test_the_real_judge_runs_without_the_key_in_its_environment(monkeypatch):
 def test_slots_pin_judges_as_the_bench_does(tmp_path):
     slots = make_slots(["0", "1"], 2, tmp_path)
     assert [s.gpu for s in slots] == ["0", "0", "1", "1"]
-    env = slots[2].env()
-    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["TORCHWELD_GPU_LOCK"] == str(tmp_path / "gpu1.lock")
-    assert env["TORCHWELD_JUDGES_DIR"] == str(tmp_path / "judges") and (tmp_path / "judges").is_dir()
+    assert slots[2].env() == {"CUDA_VISIBLE_DEVICES": "1"}  # NOTE: the judge's options travel as options
+    assert slots[2].options() == {"gpu_lock": str(tmp_path / "gpu1.lock"), "judges_dir": str(tmp_path / "judges")}
+    assert (tmp_path / "judges").is_dir() and make_slots(["0"], 1, tmp_path)[0].options() == {}
     assert make_slots([], 1, tmp_path) == [Slot(None)] and Slot(None).env() == {}
     assert make_slots(["0"], 1, tmp_path)[0].env() == {"CUDA_VISIBLE_DEVICES": "0"}
 

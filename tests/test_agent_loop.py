@@ -45,7 +45,7 @@ def test_seed002_build_failure_then_the_mended_reply_is_judged(tmp_path):
     code002 = extract_source(seed)[0]
     judged = []
 
-    def recorded(problem, candidate, env):
+    def recorded(problem, candidate, slot):
         code = Path(candidate).read_text()
         judged.append(code)
         key = "seed002" if code == code002 else "seed002_mended" if code == MENDED else None
@@ -74,7 +74,7 @@ def test_four_seeds_two_samples_concurrently_keep_the_fastest(tmp_path):
     codes = {extract_source(seed_reply(s))[0]: s for s in speed}
     lock, calls = threading.Lock(), []
 
-    def judge(problem, candidate, env):
+    def judge(problem, candidate, slot):
         with lock:
             calls.append(problem.stem)
         code = Path(candidate).read_text()
@@ -105,7 +105,7 @@ def test_judge_crash_and_hang_do_not_stop_the_loop(tmp_path):
     code = "```python\nclass ModelNew:\n    pass\n# v{}\n```"
     calls = []
 
-    def judge(problem, candidate, env):
+    def judge(problem, candidate, slot):
         calls.append(candidate.name)
         if len(calls) == 1:
             raise RuntimeError("the judge fell over")
@@ -130,7 +130,7 @@ def test_no_code_and_cut_off_replies_are_fed_back_unjudged(tmp_path):
     cut = "```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return"
     state = Replay(script=[reply("Let me think about the fusion first."), reply(cut, finish="length")])
 
-    def judge(problem, candidate, env):
+    def judge(problem, candidate, slot):
         raise AssertionError("nothing to judge")
 
     with ReplayServer(state) as url:

@@ -66,7 +66,7 @@ def _usage(args) -> str | None:
 
 def run(args, judge: Callable | None = None, console: Console | None = None, client_overrides: dict | None = None,
         judge_limit_s: float | None = None) -> int:
-    """The subcommand; `judge` (an in-process judge(problem, candidate, env)) and the overrides exist for tests."""
+    """The subcommand; `judge` (an in-process judge(problem, candidate, slot)) and the overrides exist for tests."""
     from torchweld.agent.client import ChatClient, ClientOptions, EndpointError, Redactor, api_key
     from torchweld.agent.judging import JudgePool, Slot, SubprocessJudge, make_slots, visible_gpus
     from torchweld.agent.loop import Agent, AgentOptions

@@ -1,7 +1,7 @@
 """The judge as a pluggable callable, run in per-GPU slots; a crash or a hang comes back as a result.
 
-A judge is `judge(problem, candidate, env) -> result dict`, `env` being the slot's environment overrides (the GPU
-it is pinned to). The default runs `torchweld.judge.check` in a child process of its own (this module's `main`),
+A judge is `judge(problem, candidate, slot) -> result dict`, `slot` saying where it runs (the GPU it is pinned to,
+the lock and registry it shares with the judges beside it). The default runs `torchweld.judge.check` in a child process of its own (this module's `main`),
 so each slot has its own CUDA_VISIBLE_DEVICES, as the bench's workers do, and so the API key is not in the
 environment of the process that runs the model's code. Tests pass an in-process callable instead.
 
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,21 +28,24 @@ JUDGE_ERROR = "judge_error"  # the agent's outcome for a judge that crashed or h
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one judge runs; the same variables the bench's workers set for the judge's worker process."""
+    """Where one judge runs: the GPU it is pinned to, and what it shares with judges beside it (as the bench's workers)."""
 
     gpu: str | None  # a CUDA_VISIBLE_DEVICES value, or None (unpinned)
     lock: Path | None = None  # a lock file shared by the judges of one GPU (--per-gpu > 1)
     judges: Path | None = None  # where judges running side by side register, so the one timing pauses the others
 
     def env(self) -> dict:
-        env = {}
-        if self.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.gpu
-        if self.lock is not None:  # read by the judge's worker: it holds the GPU's lock while it runs there
-            env["TORCHWELD_GPU_LOCK"] = str(self.lock)
-        if self.judges is not None:  # read by torchweld.judge.quiet
-            env["TORCHWELD_JUDGES_DIR"] = str(self.judges)
-        return env
+        """The judge process's environment overrides: the GPU it sees."""
+        return {"CUDA_VISIBLE_DEVICES": self.gpu} if self.gpu is not None else {}
+
+    def options(self) -> dict:
+        """The judge's option overrides (CheckOptions fields): the GPU's lock and the judges' registry."""
+        out = {}
+        if self.lock is not None:  # the judge holds the GPU's lock while it runs there
+            out["gpu_lock"] = str(self.lock)
+        if self.judges is not None:  # judges register here; the one timing pauses the others
+            out["judges_dir"] = str(self.judges)
+        return out
 
 
 def make_slots(gpus: list[str], per_gpu: int, lock_dir: Path) -> list[Slot]:
@@ -97,11 +100,12 @@ class SubprocessJudge:
         out["PYTHONPATH"] = os.pathsep.join(p for p in (root, out.get("PYTHONPATH")) if p)
         return out
 
-    def __call__(self, problem: Path, candidate: Path, env: dict) -> dict:
-        child_env = self.child_env(env)
+    def __call__(self, problem: Path, candidate: Path, slot: Slot) -> dict:
+        child_env = self.child_env(slot.env())
+        opts = replace(self.opts, **slot.options())
         with tempfile.TemporaryDirectory(prefix="torchweld-agent-judge-") as tmp:
             opts_path, result_path = Path(tmp) / "options.json", Path(tmp) / "result.json"
-            opts_path.write_text(json.dumps(asdict(self.opts)))
+            opts_path.write_text(json.dumps(asdict(opts)))
             cmd = [sys.executable, "-m", "torchweld.agent.judging", str(problem), str(candidate), str(opts_path),
                    str(result_path)]
             # NOTE: a session of its own: Ctrl-C in the terminal reaches only the agent, which stops it.
@@ -162,7 +166,7 @@ class JudgePool:
 
         def run():
             try:
-                box["result"] = self.judge(problem, candidate, slot.env())
+                box["result"] = self.judge(problem, candidate, slot)
             except BaseException as e:  # noqa: BLE001 - a crashed judge is a result, never the end of the loop
                 box["error"] = f"{type(e).__name__}: {e}"
 
