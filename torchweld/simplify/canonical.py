@@ -11,8 +11,9 @@ X, C = Var("x"), Num(name="c")
 
 
 def _times_reciprocal(n, ctx, x, c):
-    # NOTE: only a nonzero finite c: 0 and inf have no finite reciprocal. Where 1/c is not a power
-    # of two the product may round differently from the quotient (the result stays within an ulp or so).
+    # NOTE: PyTorch's CUDA kernel divides by a number the same way (a * (1/b), the reciprocal taken
+    # once on the host), so on the GPU this is the reference's own arithmetic (up to the rounding of
+    # 1/c itself). Only a nonzero finite c: 1/0 has no value in Python; an infinite or NaN c stays.
     return replace(n, op="mul", args=(x, 1.0 / c)) if c != 0 and math.isfinite(c) else None
 
 
