@@ -186,21 +186,22 @@ def fold_conv_affine(graph: Graph) -> Graph:
             out.append(n)
             continue
         w, b, transposed, groups = parts
-        W, last = nodes[w], spine[-1]
+        weight, last = nodes[w], spine[-1]
         fold = Node(f"{last.name}_fold", FOLD, (w, b, *stages), (), "tuple", origin=n.origin,
                     attrs=(("groups", groups), ("transposed", transposed)))
-        fw = Node(f"{last.name}_w", "getitem", (Ref(fold.name), 0), W.shape, W.dtype, origin=n.origin, stride=W.stride)
-        new = [fold, fw]
+        folded_w = Node(f"{last.name}_w", "getitem", (Ref(fold.name), 0), weight.shape, weight.dtype,
+                         origin=n.origin, stride=weight.stride)
+        new = [fold, folded_w]
         bias = None
         if has_shift(b, stages):
             new.append(Node(f"{last.name}_b", "getitem", (Ref(fold.name), 1), (n.shape[1],), n.dtype, origin=n.origin,
                             stride=(1,)))
             bias = Ref(new[-1].name)
-        args = (n.args[0], Ref(fw.name), bias) + tuple(n.args[3:])
+        args = (n.args[0], Ref(folded_w.name), bias) + tuple(n.args[3:])
         out += new + [replace(n, name=last.name, args=args)]
         dropped.update(m.name for m in spine)
         log.append(f"fold_conv_affine: {last.name} = {n.op if n.op != 'aten' else 'convolution'}"
-                   f"({n.args[0]}, {fw.name}, {bias}) with {n.name} -> {describe_stages(stages, nodes)} folded into "
+                   f"({n.args[0]}, {folded_w.name}, {bias}) with {n.name} -> {describe_stages(stages, nodes)} folded into "
                    f"{w}{' and ' + b if b else ''} (once per version of each tensor read)")
     if not log:
         return graph
