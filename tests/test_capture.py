@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from helpers import Fn
 from torchweld.capture import CaptureError, capture, device_neutral
 from torchweld.interp import run_graph
-from torchweld.ir import Graph, Node, Ref
+from torchweld.ir import Graph, Node, Ref, format_node
 
 
 def test_params_inputs_and_origins():
@@ -47,3 +47,32 @@ def test_masked_fill_is_a_fused_where():
     assert [n.op for n in simplified.nodes if n.is_pointwise] == ["mul", "where", "exp"]
     assert len(kernels(fn, x, mask).kernels) == 1
     assert torch.equal(run(simplified, {}, [x, mask]), fn(None, x, mask))
+
+
+# (forward as written, the IR capture gives: one right-hand side per node after the inputs)
+POINTWISE = [
+    ("rsub(x, c) -> sub(c, x)", lambda s, x, y: torch.rsub(x, 2.0), ["sub(2.0, x0)"]),
+    ("hardtanh -> clamp", lambda s, x, y: F.hardtanh(x, -0.5, 0.5), ["clamp(x0, -0.5, 0.5)"]),
+    ("clamp(min=lo) -> maximum", lambda s, x, y: torch.clamp(x, min=0.1), ["maximum(x0, 0.1)"]),
+    ("clamp(max=hi) -> minimum", lambda s, x, y: torch.clamp(x, max=0.1), ["minimum(x0, 0.1)"]),
+    ("clamp(lo, hi) -> clamp", lambda s, x, y: torch.clamp(x, -1.0, 1.0), ["clamp(x0, -1.0, 1.0)"]),
+    ("gelu(tanh) -> gelu_tanh", lambda s, x, y: F.gelu(x, approximate="tanh"), ["gelu_tanh(x0)"]),
+    ("leaky_relu's default slope", lambda s, x, y: F.leaky_relu(x), ["leaky_relu(x0, slope=0.01)"]),
+    ("elu's defaults", lambda s, x, y: F.elu(x, 0.5), ["elu(x0, alpha=0.5, input_scale=1.0, scale=1.0)"]),
+    ("x.to(dtype) -> cast", lambda s, x, y: x.to(torch.float16), ["cast(x0)"]),
+    ("masked_fill(x, m, v) -> where(m, v, x)", lambda s, x, y: x.masked_fill(y > 0, 1.5),
+     ["gt(x1, 0.0)", "where(v2, 1.5, x0)"]),
+    ("an int constant becomes a float", lambda s, x, y: x - y * 3, ["mul(x1, 3.0)", "sub(x0, v2)"]),
+    ("add with alpha stays in PyTorch", lambda s, x, y: torch.add(x, y, alpha=2), ["aten.add.Tensor(x0, x1, alpha=2)"]),
+    ("floor division stays in PyTorch", lambda s, x, y: torch.div(x, 2, rounding_mode="floor"),
+     ["aten.div.Tensor_mode(x0, 2, rounding_mode='floor')"]),
+    ("integer tensors stay in PyTorch", lambda s, x, y: x.int() * 2,
+     ["aten._to_copy.default(x0, dtype=torch.int32)", "aten.mul.Tensor(v2, 2)"]),
+]
+
+
+@pytest.mark.parametrize("name,fn,expected", POINTWISE, ids=[c[0] for c in POINTWISE])
+def test_pointwise_conversions(name, fn, expected):
+    g = capture(Fn(fn), [torch.randn(3, 4), torch.randn(3, 4)])
+    got = [format_node(n).split("  #")[0].split(" = ", 1)[1] for n in g.nodes if n.op not in ("input", "param")]
+    assert got == expected

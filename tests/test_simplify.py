@@ -91,7 +91,7 @@ def test_log_names_each_rewrite():
 def test_counter_update_becomes_one_in_place_add():
     """Batch norm's num_batches_tracked: copy_(p, add(p, 1)) -> add_(p, 1), and the add is gone."""
     from torchweld.ir import Graph, Node, Ref
-    from torchweld.simplify import in_place_update
+    from torchweld.simplify.in_place import in_place_update
 
     p = Node("p5", "param", (), (), "int64", target="bn.num_batches_tracked")
     add = Node("v8", "aten", (Ref("p5"), 1), (), "int64", target="aten.add.Tensor")

@@ -19,9 +19,11 @@ PARAMETRIC = frozenset({"leaky_relu", "elu", "softplus", "cast"})
 TERNARY = frozenset({"where", "fma", "clamp"})
 POINTWISE = UNARY | BINARY | PARAMETRIC | TERNARY
 COMPARISONS = frozenset({"gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not"})
+# The one aten convolution overload a trace holds (1d-3d, transposed or not, any groups).
+CONVOLUTION = "aten.convolution.default"
 # Library anchors: what stays a call into cuDNN/cuBLAS through ATen.
 LIBRARY = frozenset({
-    "aten.convolution.default", "aten.mm.default", "aten.mv.default", "aten.bmm.default", "aten.addmm.default",
+    CONVOLUTION, "aten.mm.default", "aten.mv.default", "aten.bmm.default", "aten.addmm.default",
     "aten.baddbmm.default", "aten.addbmm.default", "aten.matmul.default",
 })
 # Row reductions, softmax and norms: each anchors one kernel of kind "reduce" (codegen/reduce.py)
@@ -43,6 +45,10 @@ CONV = frozenset({"depthwise_conv"})
 ANCHORS = REDUCTION | ROWWISE | NORM | POOL | CONV
 LEAVES = frozenset({"input", "param"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+# What our own anchor kernels (norms, pools, depthwise convolutions) compute in; fp64 stays in PyTorch.
+KERNEL_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+# Reshapes: the same elements in the same order under a new shape (a reshape may copy, its values do not change).
+VIEWS = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
 
 
 @dataclass(frozen=True)

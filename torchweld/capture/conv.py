@@ -11,15 +11,9 @@ from math import prod
 
 import torch
 
+from torchweld.capture.meta import dtype_name, val
+from torchweld.ir import CONVOLUTION, KERNEL_DTYPES, Node, Ref
 from torchweld.tiling import MAX_MULTIPLIER, geometry, tiling
-from torchweld.ir import Node, Ref
-
-KERNEL_DTYPES = ("float32", "float16", "bfloat16")
-CONVOLUTION = "aten.convolution.default"
-
-
-def _val(a):
-    return a.meta.get("val") if isinstance(a, torch.fx.Node) else None
 
 
 def depthwise_nodes(n, name: str, names: dict, origin: str) -> list[Node] | None:
@@ -27,11 +21,11 @@ def depthwise_nodes(n, name: str, names: dict, origin: str) -> list[Node] | None
     if str(n.target) != CONVOLUTION or len(n.args) != 9 or n.kwargs:
         return None
     x, w, b, stride, padding, dilation, transposed, _, groups = n.args
-    xv, wv, bv, out = _val(x), _val(w), _val(b), n.meta.get("val")
+    xv, wv, bv, out = val(x), val(w), val(b), val(n)
     tensors = [t for t in (xv, wv, out) + ((bv,) if b is not None else ())]
     if not all(isinstance(t, torch.Tensor) for t in tensors) or transposed or xv.dim() not in (3, 4):
         return None
-    dtype = str(out.dtype).removeprefix("torch.")
+    dtype = dtype_name(out.dtype)
     if dtype not in KERNEL_DTYPES or any(t.dtype != out.dtype for t in tensors) or out.numel() == 0:
         return None
     c, co = int(xv.shape[1]), int(wv.shape[0])
@@ -45,7 +39,8 @@ def depthwise_nodes(n, name: str, names: dict, origin: str) -> list[Node] | None
                 origin=origin, stride=strides)  # NOTE: the kernel writes its output contiguous
     # Where the kernel would not do well (many outputs per channel: a one-channel image's first
     # layer) or has no tiling, the convolution stays in cuDNN, its bias then folded into what follows.
-    operands = {node.args[0]: Node("x", "input", shape=tuple(xv.shape)), node.args[1]: Node("w", "param", shape=tuple(wv.shape))}
+    operands = {node.args[0]: Node("x", "input", shape=tuple(xv.shape)),
+                node.args[1]: Node("w", "param", shape=tuple(wv.shape))}
     if co // c > MAX_MULTIPLIER or tiling(geometry(node, operands)) is None:
         return None
     return [node]

@@ -11,18 +11,15 @@ from dataclasses import replace
 
 import torch
 
-from torchweld.ir import Node, Ref, reduce_geometry
+from torchweld.capture.meta import dtype_name, val
+from torchweld.ir import KERNEL_DTYPES, VIEWS, Node, Ref, reduce_geometry
 
-KERNEL_DTYPES = ("float32", "float16", "bfloat16")
-_REDUCE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "logsumexp": "logsumexp"}
-
-
-def _val(a):
-    return a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+# Reductions whose aten call and IR op share a name and take (x, dims, keepdim) only.
+PLAIN_REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
 
 
 def _tensor_meta(v):
-    return tuple(int(s) for s in v.shape), str(v.dtype).removeprefix("torch."), tuple(int(s) for s in v.stride())
+    return tuple(int(s) for s in v.shape), dtype_name(v.dtype), tuple(int(s) for s in v.stride())
 
 
 def _dims(dims, ndim: int) -> tuple[int, ...]:
@@ -39,14 +36,14 @@ def _only_output0_used(n) -> bool:
 
 def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[Node] | None:
     """The IR nodes for fx node `n` (the last one is its value), or None to keep the aten call."""
-    val = _val(n)
-    out = val[0] if isinstance(val, (tuple, list)) else val
+    result = val(n)
+    out = result[0] if isinstance(result, (tuple, list)) else result
     x = n.args[0] if n.args else None
-    xv = _val(x)
+    xv = val(x)
     if not isinstance(out, torch.Tensor) or not isinstance(xv, torch.Tensor) or xv.dim() == 0:
         return None
     shape, dtype, stride = _tensor_meta(out)
-    xdtype = str(xv.dtype).removeprefix("torch.")
+    xdtype = dtype_name(xv.dtype)
     a, k = list(n.args), dict(n.kwargs)
     target = str(n.target)
     ref = lambda v: Ref(names[v]) if isinstance(v, torch.fx.Node) else None  # noqa: E731
@@ -60,14 +57,15 @@ def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[No
                     stride=stride)
         return [node] if reduce_geometry(node, tuple(xv.shape)) is not None else None
 
-    if packet in _REDUCE and target in (f"aten.{packet}.dim_IntList", f"aten.{packet}.dim", f"aten.{packet}.default"):
+    overloads = (f"aten.{packet}.dim_IntList", f"aten.{packet}.dim", f"aten.{packet}.default")
+    if packet in PLAIN_REDUCTIONS and target in overloads:
         if k.get("dtype") is not None or (packet in ("sum", "mean") and target.endswith(".default") and len(a) > 1):
             return None
         dims = a[1] if len(a) > 1 else k.get("dim")
         keep = bool(a[2] if len(a) > 2 else k.get("keepdim", False))
         return make(packet, [ref(x)], dims=_dims(dims, xv.dim()), keepdim=keep)
-    if target in MORE and k.get("dtype") is None:
-        op, dims, keep, extra = MORE[target](a, k)
+    if target in ATTR_REDUCTIONS and k.get("dtype") is None:
+        op, dims, keep, extra = ATTR_REDUCTIONS[target](a, k)
         if extra is None:
             return None
         made = make(op, [ref(x)], dims=_dims(dims, xv.dim()), keepdim=bool(keep), **extra)
@@ -117,15 +115,20 @@ def _ord(a, k):
     return {"ord": o} if o in (1.0, 2.0, math.inf, -math.inf) else None
 
 
+def _var(op):
+    """var/std/var_mean(x, dim, correction=c, keepdim=k)."""
+    return lambda a, k: (op, a[1] if len(a) > 1 else k.get("dim"), k.get("keepdim", False), _correction(a, k))
+
+
 # aten reductions -> (op, dims, keepdim, extra attrs or None when not handled)
-MORE = {
+ATTR_REDUCTIONS = {
     "aten.prod.dim_int": lambda a, k: ("prod", a[1], a[2] if len(a) > 2 else k.get("keepdim", False), {}),
     "aten.linalg_vector_norm.default": lambda a, k: (
-        "vector_norm", a[2] if len(a) > 2 else k.get("dim"), a[3] if len(a) > 3 else k.get("keepdim", False), _ord(a, k)),
-    "aten.var.correction": lambda a, k: ("var", a[1] if len(a) > 1 else k.get("dim"), k.get("keepdim", False), _correction(a, k)),
-    "aten.std.correction": lambda a, k: ("std", a[1] if len(a) > 1 else k.get("dim"), k.get("keepdim", False), _correction(a, k)),
-    "aten.var_mean.correction": lambda a, k: ("var", a[1] if len(a) > 1 else k.get("dim"), k.get("keepdim", False),
-                                              _correction(a, k)),
+        "vector_norm", a[2] if len(a) > 2 else k.get("dim"), a[3] if len(a) > 3 else k.get("keepdim", False),
+        _ord(a, k)),
+    "aten.var.correction": _var("var"),
+    "aten.std.correction": _var("std"),
+    "aten.var_mean.correction": _var("var"),
 }
 # Reductions with an index result: argmax/argmin, and max/min over a dim (values, indices).
 INDEXED = ("aten.argmax.default", "aten.argmin.default", "aten.max.dim", "aten.min.dim")
@@ -138,10 +141,10 @@ def _indexed(n, a, k, target, name, x, xv, origin) -> list[Node] | None:
     keep = bool(a[2] if len(a) > 2 else k.get("keepdim", False))
     dims = _dims(dim, xv.dim())
     arg = "argmax" if "max" in target else "argmin"
-    val = _val(n)
+    result = val(n)
     xshape, xdtype, _ = _tensor_meta(xv)
     if target.endswith(".dim"):
-        vshape, _, vstride = _tensor_meta(val[0])
+        vshape, _, vstride = _tensor_meta(result[0])
         indices_used = any(u.args[1] == 1 and u.users for u in n.users)
         if not indices_used:
             node = Node(name, "a" + arg[3:], (x,), vshape, xdtype, attrs=(("dims", dims), ("keepdim", keep)),
@@ -154,7 +157,7 @@ def _indexed(n, a, k, target, name, x, xv, origin) -> list[Node] | None:
         values = Node(f"{name}_values", "reduce_aux", (Ref(name), x), vshape, xdtype, origin=origin, stride=vstride,
                       attrs=(("dims", dims), ("item", 0), ("keepdim", keep), ("what", arg[3:])))
         return [anchor, values]
-    shape, _, stride = _tensor_meta(val)
+    shape, _, stride = _tensor_meta(result)
     node = Node(name, arg, (x,), shape, "int64", attrs=(("dims", dims), ("keepdim", keep)) + (
         (("flat", True),) if dim is None else ()), origin=origin, stride=stride)
     return [node] if reduce_geometry(node, xshape) is not None else None
@@ -166,14 +169,15 @@ def _instance_norm(n, a, name, ref, origin) -> list[Node] | None:
     the (C,) parameters; it updates the repeated statistics in place as batch norm would (the
     graph then averages them over N into the module's buffers, as eager does)."""
     view, w, b, rm, rv, _, momentum, eps = a[:8]
-    if not (isinstance(view, torch.fx.Node) and str(view.target) in ("aten.view.default", "aten._unsafe_view.default")):
+    if not (isinstance(view, torch.fx.Node) and str(view.target) in VIEWS):
         return None
     x = view.args[0]
-    xv, vv = _val(x), _val(view)
+    xv, vv = val(x), val(view)
     if not isinstance(xv, torch.Tensor) or xv.dim() < 3 or vv.dim() < 2 or vv.shape[0] != 1:
         return None
     N, C = int(xv.shape[0]), int(xv.shape[1])
-    if tuple(vv.shape[1:]) != (N * C,) + tuple(xv.shape[2:]) or not xv.is_contiguous() or not isinstance(momentum, float):
+    if tuple(vv.shape[1:]) != (N * C,) + tuple(xv.shape[2:]) or not xv.is_contiguous() \
+            or not isinstance(momentum, float):
         return None
     params = []
     for v in (w, b):
@@ -193,7 +197,7 @@ def _instance_norm(n, a, name, ref, origin) -> list[Node] | None:
 
 
 def _is_f32_vec(v, size: int) -> bool:
-    t = _val(v)
+    t = val(v)
     return isinstance(t, torch.Tensor) and tuple(t.shape) == (size,) and t.dtype == torch.float32
 
 
@@ -202,7 +206,7 @@ def _affine_ok(w, b, shape: tuple) -> bool:
     for v in (w, b):
         if v is None:
             continue
-        t = _val(v)
+        t = val(v)
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape) or not t.is_contiguous():
             return False
     return True
@@ -211,7 +215,8 @@ def _affine_ok(w, b, shape: tuple) -> bool:
 def _batch_norm_eval(name, x, w, b, rm, rv, eps, xv, shape, stride, origin) -> list[Node]:
     """Running statistics make batch norm pointwise, with per-channel operands viewed as (C, 1, ...).
 
-    NOTE: conv_fold._bn_pointwise matches these nodes as written here, to fold them into a conv before."""
+    NOTE: simplify/conv_fold.py (_bn_pointwise) matches these nodes as written here, to fold them
+    into a convolution before them."""
     c = int(xv.shape[1])
     cshape = (c,) + (1,) * (xv.dim() - 2)
     nodes: list[Node] = []

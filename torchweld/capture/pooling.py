@@ -15,9 +15,9 @@ from math import prod
 
 import torch
 
-from torchweld.ir import Node, Ref
+from torchweld.capture.meta import dtype_name, val
+from torchweld.ir import KERNEL_DTYPES, Node, Ref
 
-KERNEL_DTYPES = ("float32", "float16", "bfloat16")
 _TARGETS = {  # aten target -> (pool op, number of pooled dims)
     **{f"aten.max_pool{d}d{v}.default": ("max_pool", d) for d in (1, 2, 3) for v in ("", "_with_indices")},
     **{f"aten.avg_pool{d}d.default": ("avg_pool", d) for d in (1, 2, 3)},
@@ -65,10 +65,6 @@ def _mutates(n: torch.fx.Node) -> bool:
     return len(parts) == 3 and parts[1].endswith("_")
 
 
-def _val(n):
-    return n.meta.get("val") if isinstance(n, torch.fx.Node) else None
-
-
 def _norm_dim(d, ndim: int) -> int | None:
     if isinstance(d, (list, tuple)):
         if len(d) != 1:
@@ -94,19 +90,19 @@ def pool_nodes(n: torch.fx.Node, name: str, names: dict, origin: str) -> tuple[l
     if target not in _TARGETS:
         return None
     op, d = _TARGETS[target]
-    val = _val(n)
-    if isinstance(val, (tuple, list)):
+    result = val(n)
+    if isinstance(result, (tuple, list)):
         values = [u for u in n.users if u.target is operator.getitem and u.args[1] == 0]
         if any(not _unused(u) for u in n.users if u not in values):
             return None  # a max pool's indices are used: PyTorch computes them
-        out, readers = val[0], [r for v in values for r in v.users]
+        out, readers = result[0], [r for v in values for r in v.users]
     else:
-        out, readers = val, list(n.users)
+        out, readers = result, list(n.users)
     x = n.args[0]
-    xv = _val(x)
+    xv = val(x)
     if not isinstance(out, torch.Tensor) or not isinstance(xv, torch.Tensor) or xv.dim() not in (d + 1, d + 2):
         return None
-    dtype = str(out.dtype).removeprefix("torch.")
+    dtype = dtype_name(out.dtype)
     if dtype not in KERNEL_DTYPES or xv.dtype != out.dtype or 0 in xv.shape or 0 in out.shape:
         return None
     got = _attrs(op, d, _call_args(n), tuple(xv.shape), tuple(out.shape))
@@ -118,15 +114,15 @@ def pool_nodes(n: torch.fx.Node, name: str, names: dict, origin: str) -> tuple[l
     if d == 2 and trivial[0] and attrs.get("divisor") is None and _one_d(x, readers, out.dim()):
         # unsqueeze(x, -2) -> 2-d pool over (1, L) -> squeeze(-2): a 1-d pool of x
         x, d = x.args[0], 1
-        xv = _val(x)
+        xv = val(x)
         attrs = {key: (v[1:] if isinstance(v, tuple) else v) for key, v in attrs.items()}
         shape = shape[:-2] + shape[-1:]
-        stride = tuple(_val(readers[0]).stride()) if readers else stride[:-2] + stride[-1:]
+        stride = tuple(val(readers[0]).stride()) if readers else stride[:-2] + stride[-1:]
         aliases = readers
     if whole and (_innermost(xv, d) or _few_long_rows(shape, prod(xv.shape[-d:]))):
-        red = "amax" if "max" in op else "mean"
+        reduce_op = "amax" if "max" in op else "mean"
         dims = tuple(range(xv.dim() - d, xv.dim()))
-        node = Node(name, red, (Ref(names[x]),), shape, dtype,
+        node = Node(name, reduce_op, (Ref(names[x]),), shape, dtype,
                     attrs=(("dims", dims), ("keepdim", True)), origin=origin, stride=stride)
         return [node], aliases
     node = Node(name, op, (Ref(names[x]),), shape, dtype, attrs=tuple(sorted(attrs.items())), origin=origin,
@@ -179,7 +175,7 @@ def _unsqueezed(x) -> bool:
     """x = unsqueeze(v, -2): a 1-d input seen as (..., 1, L)."""
     if not isinstance(x, torch.fx.Node) or str(x.target) != "aten.unsqueeze.default":
         return False
-    xv = _val(x)
+    xv = val(x)
     return isinstance(xv, torch.Tensor) and _norm_dim(x.args[1], xv.dim()) == xv.dim() - 2
 
 
@@ -188,7 +184,7 @@ def spatial_reduction_as_pool(node: Node, x) -> Node:
 
     The reduce kernel would read each row with a stride of C; the pool kernel reads the channels
     side by side. Over data whose reduced dims are innermost, the reduction stays."""
-    xv = _val(x)
+    xv = val(x)
     if node.op not in ("mean", "amax") or not node.attr("keepdim") or not isinstance(xv, torch.Tensor):
         return node
     dims, nd = tuple(node.attr("dims")), xv.dim()

@@ -11,128 +11,19 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
 from torchweld.capture.conv import depthwise_nodes
+from torchweld.capture.meta import dtype_name, to_ir_arg, val
 from torchweld.capture.norm import anchor_nodes
+from torchweld.capture.pointwise import pointwise_node
 from torchweld.capture.pooling import pool_nodes, spatial_reduction_as_pool
-from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref
+from torchweld.ir import Graph, Node, Ref
 
 
 class CaptureError(Exception):
     """The model could not be traced to an aten graph."""
 
 
-def dtype_name(dt: torch.dtype) -> str:
-    return str(dt).removeprefix("torch.")
-
-
-# aten op -> (pointwise op, args builder). Builders get (args, kwargs) of the aten call and return
-# (op, args, attrs) or None when this overload/argument combination is not handled.
-def _same(op):
-    return lambda a, k: (op, tuple(a[:1]), ())
-
-
-def _binary(op):
-    return lambda a, k: (op, tuple(a[:2]), ()) if k.get("alpha", 1) == 1 and len(a) == 2 else None
-
-
-def _add_sub(op):
-    def build(a, k):
-        alpha = k.get("alpha", a[2] if len(a) > 2 else 1)
-        if alpha == 1:
-            return (op, (a[0], a[1]), ())
-        return None
-    return build
-
-
-def _clamp(a, k):
-    lo = k.get("min", a[1] if len(a) > 1 else None)
-    hi = k.get("max", a[2] if len(a) > 2 else None)
-    return ("clamp", (a[0], lo, hi), ())
-
-
-def _div(a, k):
-    if k.get("rounding_mode") is not None:
-        return None  # floor/trunc division stays in PyTorch: integer-like semantics
-    return ("div", (a[0], a[1]), ())
-
-
-def _pow(a, k):
-    return ("pow", (a[0], a[1]), ())
-
-
-def _gelu(a, k):
-    return ("gelu_tanh" if k.get("approximate", "none") == "tanh" else "gelu", (a[0],), ())
-
-
-def _leaky(a, k):
-    return ("leaky_relu", (a[0],), (("slope", float(a[1]) if len(a) > 1 else 0.01),))
-
-
-def _elu(a, k):
-    alpha = float(a[1]) if len(a) > 1 else 1.0
-    scale = float(a[2]) if len(a) > 2 else 1.0
-    iscale = float(a[3]) if len(a) > 3 else 1.0
-    return ("elu", (a[0],), (("alpha", alpha), ("input_scale", iscale), ("scale", scale)))
-
-
-def _softplus(a, k):
-    beta = float(a[1]) if len(a) > 1 else 1.0
-    threshold = float(a[2]) if len(a) > 2 else 20.0
-    return ("softplus", (a[0],), (("beta", beta), ("threshold", threshold)))
-
-
-def _hardtanh(a, k):
-    lo = float(a[1]) if len(a) > 1 else -1.0
-    hi = float(a[2]) if len(a) > 2 else 1.0
-    return ("clamp", (a[0], lo, hi), ())
-
-
-def _where(a, k):
-    return ("where", tuple(a[:3]), ())
-
-
-def _masked_fill(a, k):
-    """masked_fill(x, mask, value) is where(mask, value, x)."""
-    return ("where", (a[1], a[2], a[0]), ())
-
-
-def _cast(a, k):
-    if set(k) - {"dtype", "layout", "device", "memory_format"} or "dtype" not in k:
-        return None
-    return ("cast", (a[0],), ())
-
-
-def _rsub(a, k):
-    return ("sub", (a[1], a[0]), ()) if k.get("alpha", 1) == 1 and len(a) == 2 else None
-
-
-POINTWISE_ATEN = {
-    "add": _add_sub("add"), "sub": _add_sub("sub"), "mul": _binary("mul"), "div": _div,
-    "rsub": _rsub, "pow": _pow, "minimum": _binary("minimum"), "maximum": _binary("maximum"),
-    "fmod": _binary("fmod"),
-    "gt": _binary("gt"), "lt": _binary("lt"), "ge": _binary("ge"), "le": _binary("le"),
-    "eq": _binary("eq"), "ne": _binary("ne"),
-    "logical_and": _binary("logical_and"), "logical_or": _binary("logical_or"),
-    "clamp": _clamp, "clamp_min": lambda a, k: ("clamp", (a[0], a[1], None), ()),
-    "clamp_max": lambda a, k: ("clamp", (a[0], None, a[1]), ()),
-    "hardtanh": _hardtanh, "gelu": _gelu, "leaky_relu": _leaky, "elu": _elu,
-    "softplus": _softplus, "where": _where, "masked_fill": _masked_fill, "_to_copy": _cast,
-    **{op: _same(op) for op in (
-        "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal",
-        "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "sign",
-        "relu", "silu", "mish", "hardswish", "hardsigmoid", "logical_not", "square")},
-}
 # Ops with no effect on values in a functional graph: replaced by their input.
 NOOPS = {"clone", "detach", "alias", "lift_fresh", "lift_fresh_copy", "contiguous"}
-
-
-def _to_ir_arg(a, names):
-    if isinstance(a, torch.fx.Node):
-        return Ref(names[a])
-    if isinstance(a, (list, tuple)):
-        return type(a)(_to_ir_arg(x, names) for x in a)
-    if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-        return a
-    return a
 
 
 def _origin(node: torch.fx.Node, filename: str | None) -> str:
@@ -173,7 +64,8 @@ def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModu
         with torch.no_grad():
             gm = make_fx(functionalize(fn), **kwargs)(*state_vals, *inputs)
     except Exception as e:
-        raise CaptureError(f"tracing forward failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise CaptureError(f"tracing forward failed: {type(e).__name__}: {first}") from e
     return gm, state_names, arg_names
 
 
@@ -207,21 +99,21 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     pools: set[torch.fx.Node] = set()  # fx nodes converted to pools
     aliases: dict[torch.fx.Node, str] = {}  # the squeezes after a 1-d pool: that pool's value
 
-    def meta(n):
-        val = n.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            return tuple(int(s) for s in val.shape), dtype_name(val.dtype)
-        return (), "tuple" if isinstance(val, (tuple, list)) else type(val).__name__
+    def shape_dtype(n):
+        v = val(n)
+        if isinstance(v, torch.Tensor):
+            return tuple(int(s) for s in v.shape), dtype_name(v.dtype)
+        return (), "tuple" if isinstance(v, (tuple, list)) else type(v).__name__
 
     def stride(n):
-        val = n.meta.get("val")
-        return tuple(int(s) for s in val.stride()) if isinstance(val, torch.Tensor) else ()
+        v = val(n)
+        return tuple(int(s) for s in v.stride()) if isinstance(v, torch.Tensor) else ()
 
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             i = placeholders
             placeholders += 1
-            shape, dtype = meta(n)
+            shape, dtype = shape_dtype(n)
             if i < len(state_names):
                 node = Node(f"p{i}", "param", (), shape, dtype, target=state_names[i], stride=stride(n),
                             attrs=(("buffer", True),) if state_names[i] in buffers else ())
@@ -244,7 +136,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             continue
         if n.op != "call_function":
             raise CaptureError(f"unsupported graph node {n.op} {n.target} (constants created inside forward?)")
-        shape, dtype = meta(n)
+        shape, dtype = shape_dtype(n)
         name = f"v{len(nodes)}"
         origin = _origin(n, filename)
         if n in aliases:
@@ -258,14 +150,14 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 names[n] = items[(n.args[0], n.args[1])]
             elif n.args[1] == 0:  # a converted norm's or pool's output; its statistics or indices are unused
                 names[n] = names[n.args[0]]
-            elif n.args[0] in pools:  # a max pool's indices (capture_pool checked that nothing uses them)
+            elif n.args[0] in pools:  # a max pool's indices (pooling.py checked that nothing uses them)
                 dropped.add(n)
             continue
         if n.target is operator.getitem:
             node = Node(name, "getitem", (Ref(names[n.args[0]]), n.args[1]), shape, dtype, origin=origin)
         else:
             packet = n.target.__name__.split(".")[0] if hasattr(n.target, "__name__") else str(n.target)
-            if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and meta(n.args[0]) == (shape, dtype):
+            if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and shape_dtype(n.args[0]) == (shape, dtype):
                 names[n] = names[n.args[0]]
                 continue
             if packet in ("view", "_unsafe_view", "reshape") and isinstance(n.args[0], torch.fx.Node) \
@@ -275,7 +167,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             if _restride_noop(n, nodes, names):
                 names[n] = names[n.args[0]]
                 continue
-            node = _pointwise(n, packet, name, shape, dtype, names, origin)
+            node = pointwise_node(n, packet, name, shape, dtype, names, origin)
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
             if made is not None and len(made) == 1:
                 made = [spatial_reduction_as_pool(made[0], n.args[0])]
@@ -295,12 +187,12 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 made_shape[node.name] = node.shape
                 names[n] = node.name
                 nodes.append(node)
-                if isinstance(n.meta.get("val"), (tuple, list)):
+                if isinstance(val(n), (tuple, list)):
                     tuples.add(n)
                 continue
             node = node or Node(
-                name, "aten", _to_ir_arg(tuple(n.args), names), shape, dtype, target=str(n.target),
-                attrs=tuple(sorted((k, _to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
+                name, "aten", to_ir_arg(tuple(n.args), names), shape, dtype, target=str(n.target),
+                attrs=tuple(sorted((k, to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
     return device_neutral(Graph(tuple(nodes), outputs, single))
@@ -374,37 +266,3 @@ def _cuda_attention_stride(shape: tuple) -> tuple:
 def _rename(args, alias):
     return tuple(Ref(alias.get(a, a)) if isinstance(a, Ref) else
                  type(a)(_rename(a, alias)) if isinstance(a, (list, tuple)) else a for a in args)
-
-
-def _pointwise(n, packet, name, shape, dtype, names, origin) -> Node | None:
-    build = POINTWISE_ATEN.get(packet)
-    if build is None or (dtype not in FLOAT_DTYPES and dtype != "bool"):
-        return None
-    try:
-        got = build(list(n.args), dict(n.kwargs))
-    except (IndexError, TypeError, ValueError):
-        return None
-    if got is None:
-        return None
-    op, args, attrs = got
-    for a in args:
-        if isinstance(a, torch.fx.Node):
-            _, adt = (tuple(a.meta["val"].shape), dtype_name(a.meta["val"].dtype)) if isinstance(a.meta.get("val"), torch.Tensor) else ((), "")
-            if adt not in FLOAT_DTYPES and adt != "bool":
-                return None  # integer tensors keep PyTorch's exact integer semantics
-        elif a is not None and not isinstance(a, (int, float, bool)):
-            return None
-    args = tuple(float(a) if isinstance(a, int) and not isinstance(a, bool) else a for a in args)
-    if op == "clamp":
-        return _clamp_nodes(name, args, shape, dtype, names, origin)
-    return Node(name, op, _to_ir_arg(args, names), shape, dtype, attrs=attrs, origin=origin)
-
-
-def _clamp_nodes(name, args, shape, dtype, names, origin) -> Node:
-    """clamp(x, lo, hi) -> minimum(maximum(x, lo), hi), NaN-propagating like torch.clamp."""
-    x, lo, hi = args
-    if lo is not None and hi is not None:
-        return Node(name, "clamp", (_to_ir_arg(x, names), lo, hi), shape, dtype, origin=origin)
-    if lo is not None:
-        return Node(name, "maximum", (_to_ir_arg(x, names), lo), shape, dtype, origin=origin)
-    return Node(name, "minimum", (_to_ir_arg(x, names), hi), shape, dtype, origin=origin)

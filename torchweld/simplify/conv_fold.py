@@ -6,7 +6,7 @@ with W'[o] = W[o] * s[o] and b' = b * s + t per output channel o, where `y -> y 
 of ops folded: an eval-mode batch norm (s = gamma / sqrt(var + eps), t = beta - mean * s), a product
 or quotient by a nonzero finite number, a product by a per-channel parameter or buffer, and sums or
 differences with a number or a per-channel parameter (a chain of sums alone is left as it is).
-Batch norm is matched as capture_norm writes it in fp32 (pointwise) and as the aten call that fp16
+Batch norm is matched as capture/norm.py writes it in fp32 (pointwise) and as the aten call that fp16
 and bf16 data keep. Library convolutions (1d-3d, transposed: output channels are the weight's dim 1
 within each group) take W' and b' as their weight and bias; a depthwise kernel reads them.
 The kernel after the convolution then has less to do, and where nothing else follows no kernel is
@@ -16,8 +16,8 @@ where the fold leaves a bias and nothing follows; fold_library_bias moves it int
 W' and b' are not parameters: the state dict stays the original's. The emitted file computes them
 at run time (`_tw_fold` in runtime/fold.py), in float64 rounded once to the weight's dtype,
 once per version and address of every tensor they come from, so an optimizer step or
-load_state_dict folds again. The batch norm's mode is in forward's guard (emit._norm_modes): in
-training mode the original forward runs.
+load_state_dict folds again. The batch norm's mode is in forward's guard (emit/module.py,
+_norm_modes): in training mode the original forward runs.
 
 NOTE: exact up to rounding (a few ulp: the products are reassociated), not bit for bit; where the
 reference's convolution overflows to inf before a zero scale (gamma = 0) the folded one gives 0.
@@ -29,11 +29,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from torchweld.ir import FLOAT_DTYPES, Graph, Node, Ref, format_arg
+from torchweld.ir import CONVOLUTION, FLOAT_DTYPES, VIEWS, Graph, Node, Ref, format_arg
+from torchweld.simplify.dead_code import dead_code
 
 FOLD = "conv_fold"  # the IR op: (W', b') from the weight, the bias and the folded stages
-CONVOLUTION = "aten.convolution.default"
-VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+# Batch norm as an aten call: the index of its `training` argument (None: an overload for eval only).
 BN_ATEN = {"aten.native_batch_norm.default": 5, "aten._native_batch_norm_legit_no_training.default": None}
 SCALES = ("bn", "mul", "div")  # a chain holding none of these (sums alone) is not worth a fold
 
@@ -86,7 +86,7 @@ def _sole_reader(name: str, users: dict, nodes: dict) -> Node | None:
 
 
 def _bn_pointwise(cur: str, u: Node, conv: Node, nodes: dict, users: dict):
-    """`(y - mean) * (rsqrt(var + eps) [* gamma]) [+ beta]`, as capture_norm._batch_norm_eval writes it."""
+    """`(y - mean) * (rsqrt(var + eps) [* gamma]) [+ beta]`, as capture/norm.py (_batch_norm_eval) writes it."""
     if u.op != "sub" or u.args[0] != cur:
         return None
     mean = _channel_tensor(u.args[1], conv, nodes)
@@ -169,12 +169,12 @@ def _chain(conv: Node, nodes: dict, users: dict) -> tuple[list[tuple], list[Node
 
 
 def has_shift(bias, stages) -> bool:
+    """The folded convolution has a bias: it had one, or a stage adds something."""
     return bias is not None or any(s[0] in ("bn", "add", "sub") for s in stages)
 
 
 def fold_conv_affine(graph: Graph) -> Graph:
-    from torchweld.simplify.rules import dead_code
-
+    """Each convolution with the per-channel affine chain after it folded into its weight and bias."""
     nodes, users = graph.by_name(), graph.users()
     out, log, dropped = [], [], set()
     for n in graph.nodes:
@@ -186,21 +186,22 @@ def fold_conv_affine(graph: Graph) -> Graph:
             out.append(n)
             continue
         w, b, transposed, groups = parts
-        W, last = nodes[w], spine[-1]
+        weight, last = nodes[w], spine[-1]
         fold = Node(f"{last.name}_fold", FOLD, (w, b, *stages), (), "tuple", origin=n.origin,
                     attrs=(("groups", groups), ("transposed", transposed)))
-        fw = Node(f"{last.name}_w", "getitem", (Ref(fold.name), 0), W.shape, W.dtype, origin=n.origin, stride=W.stride)
-        new = [fold, fw]
+        folded_w = Node(f"{last.name}_w", "getitem", (Ref(fold.name), 0), weight.shape, weight.dtype,
+                         origin=n.origin, stride=weight.stride)
+        new = [fold, folded_w]
         bias = None
         if has_shift(b, stages):
             new.append(Node(f"{last.name}_b", "getitem", (Ref(fold.name), 1), (n.shape[1],), n.dtype, origin=n.origin,
                             stride=(1,)))
             bias = Ref(new[-1].name)
-        args = (n.args[0], Ref(fw.name), bias) + tuple(n.args[3:])
+        args = (n.args[0], Ref(folded_w.name), bias) + tuple(n.args[3:])
         out += new + [replace(n, name=last.name, args=args)]
         dropped.update(m.name for m in spine)
         log.append(f"fold_conv_affine: {last.name} = {n.op if n.op != 'aten' else 'convolution'}"
-                   f"({n.args[0]}, {fw.name}, {bias}) with {n.name} -> {describe_stages(stages, nodes)} folded into "
+                   f"({n.args[0]}, {folded_w.name}, {bias}) with {n.name} -> {describe_stages(stages, nodes)} folded into "
                    f"{w}{' and ' + b if b else ''} (once per version of each tensor read)")
     if not log:
         return graph

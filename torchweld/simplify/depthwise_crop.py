@@ -31,6 +31,7 @@ def _window(n: Node, conv: Node) -> tuple[int, int] | None:
 
 
 def fold_depthwise_crop(graph: Graph) -> Graph:
+    """Each slice that alone reads a depthwise convolution along a spatial dim becomes that convolution's window."""
     users = graph.users()
     out, log, dropped = [], [], set()
     current: dict[str, Node] = {}  # conv name -> its node as rewritten so far

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torchweld.ir import NORM, POINTWISE, POOL, REDUCTION, ROWWISE, Graph, Node, Ref
+from torchweld.ir import CONVOLUTION, NORM, POINTWISE, POOL, REDUCTION, ROWWISE, VIEWS, Graph, Node, Ref
 
+# Readers that take the bias add into their kernel (as a pointwise op, or a reduction's prologue).
 FUSES_A_PROLOGUE = POINTWISE | REDUCTION | ROWWISE | NORM | POOL
-VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
 # GEMMs that take a bias (scaled by beta, the product by alpha), and the GEMM without it.
 SCALED_GEMMS = {"aten.addmm.default": "aten.mm.default", "aten.baddbmm.default": "aten.bmm.default"}
 
 
 def _readers_fuse(name: str, users: dict, nodes: dict) -> bool:
+    """Something reads `name`, and every reader is a kernel that can add the bias on its way in."""
     readers = users[name]
     return bool(readers) and all(u != "<output>" and nodes[u].op in FUSES_A_PROLOGUE for u in readers)
 
@@ -29,11 +30,12 @@ def _bias_view(root: Node, bias: Node, ndim: int, channel_dim: int) -> Node:
 
 
 def fold_library_bias(graph: Graph) -> Graph:
+    """Each conv, addmm or baddbmm whose readers all fuse runs without its bias; the add joins them."""
     nodes, users = graph.by_name(), graph.users()
     out, log = [], []
     moved: dict[str, list[Node]] = {}  # a view's name -> the bias add to place right after it
     for n in graph.nodes:
-        if n.op == "aten" and n.target == "aten.convolution.default" and isinstance(n.args[2], Ref) \
+        if n.op == "aten" and n.target == CONVOLUTION and isinstance(n.args[2], Ref) \
                 and _readers_fuse(n.name, users, nodes) and n.dtype == nodes[n.args[2]].dtype:
             lib = replace(n, name=f"{n.name}_lib", args=n.args[:2] + (None,) + n.args[3:])
             view = _bias_view(n, nodes[n.args[2]], len(n.shape), 1)

@@ -19,12 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
-from torchweld.ir import Graph, Node, Ref, broadcasts_to, format_node, reduce_geometry
+from torchweld.ir import CONVOLUTION, VIEWS, Graph, Node, Ref, broadcasts_to, format_node, reduce_geometry
+from torchweld.simplify.dead_code import dead_code
 
 EXACT = ("float32", "float64")
-VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
 MATMULS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default")
-CONV = "aten.convolution.default"
 ATEN_REDUCE = {"sum": "aten.sum.dim_IntList", "mean": "aten.mean.dim"}
 
 
@@ -100,16 +99,16 @@ class Chain:
     scales: tuple = ()  # outermost first: the reduction of the library op's output gets them all
 
 
-def peel(red: Reduction, nodes: dict, users: dict) -> Chain | None:
+def peel(reduction: Reduction, nodes: dict, users: dict) -> Chain | None:
     """Walk down from the reduced value through adds/subs of smaller broadcast terms, scalings by a
     constant and views, to a conv or matmul. Every value passed must have exactly one reader (the
     next one up), so nothing else needs it."""
-    reader, cur, terms, viewed, scales = red.node.name, red.x, [], False, ()
+    reader, cur, terms, viewed, scales = reduction.node.name, reduction.x, [], False, ()
     while True:
-        if users[cur.name] != [reader] or cur.dtype != red.node.dtype:
+        if users[cur.name] != [reader] or cur.dtype != reduction.node.dtype:
             return None
         scale = _scale(cur)
-        if scale is not None and nodes[scale[1]].shape == cur.shape:  # red(c * y) = c * red(y)
+        if scale is not None and nodes[scale[1]].shape == cur.shape:  # sum(c * y) = c * sum(y)
             scales += (scale[0],)
             reader, cur = cur.name, nodes[scale[1]]
         elif cur.op in ("add", "sub"):
@@ -128,7 +127,7 @@ def peel(red: Reduction, nodes: dict, users: dict) -> Chain | None:
         elif cur.op == "aten" and cur.target in VIEWS:
             viewed = True
             reader, cur = cur.name, nodes[cur.args[0]]
-        elif cur.op == "aten" and cur.target in MATMULS + (CONV,):
+        elif cur.op == "aten" and cur.target in MATMULS + (CONVOLUTION,):
             return Chain(cur, tuple(terms), viewed, scales)
         else:
             return None
@@ -146,11 +145,11 @@ def _split_add(n: Node, nodes: dict) -> tuple[Node, Ref] | None:
     return None
 
 
-class _Build:
+class Replacement:
     """New nodes replacing a reduction; the last one takes the reduction's name."""
 
-    def __init__(self, red: Reduction, nodes: dict, scales: tuple = ()):
-        self.red = red
+    def __init__(self, reduction: Reduction, nodes: dict, scales: tuple = ()):
+        self.reduction = reduction
         self.known = dict(nodes)
         self.nodes: list[Node] = []
         self.scales = scales
@@ -165,10 +164,11 @@ class _Build:
         return self.known[ref]
 
     def node(self, op, args, shape, target="", attrs=()) -> Ref:
-        name, shape = f"{self.red.node.name}_r{len(self.nodes)}", tuple(shape)
+        old = self.reduction.node
+        name, shape = f"{old.name}_r{len(self.nodes)}", tuple(shape)
         stride = tuple(prod(shape[d + 1:]) for d in range(len(shape)))
-        self.nodes.append(Node(name, op, tuple(args), shape, self.red.node.dtype, target=target, attrs=tuple(attrs),
-                               origin=self.red.node.origin, stride=stride))
+        self.nodes.append(Node(name, op, tuple(args), shape, old.dtype, target=target, attrs=tuple(attrs),
+                               origin=old.origin, stride=stride))
         self.known[name] = self.nodes[-1]
         return Ref(name)
 
@@ -199,39 +199,39 @@ class _Build:
         values = _term_values(self, terms)
         if values is None:
             return None
-        acc = self.scaled(main, self.scales)
+        old, acc = self.reduction.node, self.scaled(main, self.scales)
         for t, term in zip(values, terms):
-            acc = self.node("add", [acc, self.scaled(t, term.scales)], self.red.node.shape)
+            acc = self.node("add", [acc, self.scaled(t, term.scales)], old.shape)
         last = self.nodes[-1]
-        assert last.name == acc and last.shape == self.red.node.shape, (format_node(last), self.red.node.shape)
-        self.nodes[-1] = replace(last, name=self.red.node.name, stride=self.red.node.stride or last.stride)
+        assert last.name == acc and last.shape == old.shape, (format_node(last), old.shape)
+        self.nodes[-1] = replace(last, name=old.name, stride=old.stride or last.stride)
         return self.nodes, rule + (f", {len(values)} added term(s) reduced on their own" if values else "")
 
 
-def _term_values(b: _Build, terms: list[Term]) -> list[Ref] | None:
-    """red(y + t) = red(y) + red(t): each term reduced over its own dims (a sum also multiplies it
-    by the number of elements it was broadcast over), shaped to broadcast against the result."""
-    red = b.red
-    y, dims, out = red.x.shape, red.dims, []
+def _term_values(new: Replacement, terms: list[Term]) -> list[Ref] | None:
+    """sum(y + t) = sum(y) + sum(t) (and so for mean): each term reduced over its own dims (a sum also
+    multiplies it by the number of elements it was broadcast over), shaped to broadcast against the result."""
+    reduction = new.reduction
+    y, dims, out = reduction.x.shape, reduction.dims, []
     for term in terms:
-        ref, t = term.ref, b[term.ref]
+        ref, t = term.ref, new[term.ref]
         if term.last_dim_only:  # added before a view that kept the last dim: only vectors along it map
             if t.numel == 1:
-                ref = b.view(ref, ())
+                ref = new.view(ref, ())
             elif t.shape[-1] == y[-1] and t.numel == y[-1]:
-                ref = b.view(ref, (y[-1],))
+                ref = new.view(ref, (y[-1],))
             else:
                 return None
-        shape = b[ref].shape
+        shape = new[ref].shape
         k = len(y) - len(shape)
         own = [d - k for d in dims if d >= k and shape[d - k] != 1]
         repeat = prod(y[d] for d in dims if d < k or shape[d - k] == 1)
         if own:
-            ref = b.reduce(red.op, ref, own, True)
-        padded = (1,) * k + b[ref].shape
-        ref = b.view(ref, padded if red.keepdim else tuple(s for d, s in enumerate(padded) if d not in dims))
-        if red.op == "sum" and repeat != 1:  # NOTE: after the view, so the multiply joins the final kernel
-            ref = b.node("mul", [ref, float(repeat)], b[ref].shape)
+            ref = new.reduce(reduction.op, ref, own, True)
+        padded = (1,) * k + new[ref].shape
+        ref = new.view(ref, padded if reduction.keepdim else tuple(s for d, s in enumerate(padded) if d not in dims))
+        if reduction.op == "sum" and repeat != 1:  # NOTE: after the view, so the multiply joins the final kernel
+            ref = new.node("mul", [ref, float(repeat)], new[ref].shape)
         out.append(ref)
     return out
 
@@ -248,38 +248,40 @@ def _is_transpose(n: Node) -> bool:
 
 # --- rules: each returns (new nodes, what it did), or None where it does not apply ---------------
 
-def _conv(red: Reduction, chain: Chain, nodes: dict):
+def _conv(reduction: Reduction, chain: Chain, nodes: dict):
     """A reduction over a convolution; the conv's own bias joins the added terms."""
     core, terms = chain.core, list(chain.terms)
     x, w, bias, stride, padding, _dilation, transposed, out_pad, groups = core.args
     nd, W = len(core.shape), nodes[w]
     if chain.viewed or W.dtype != core.dtype or nodes[x].dtype != core.dtype:
         return None
-    b, spatial = _Build(red, nodes, chain.scales), tuple(range(2, nd))
+    new, spatial = Replacement(reduction, nodes, chain.scales), tuple(range(2, nd))
     one_by_one = W.shape[2:] == (1,) * (nd - 2) and all(s == 1 for s in stride) and not any(padding) \
         and not (transposed and any(out_pad))
     if bias is not None:
-        terms = [Term(b.view(bias, (core.shape[1],) + (1,) * (nd - 2)), False, chain.scales)] + terms
+        terms = [Term(new.view(bias, (core.shape[1],) + (1,) * (nd - 2)), False, chain.scales)] + terms
     rest = list(core.args[3:])
-    if red.dims == spatial and one_by_one:
+    if reduction.dims == spatial and one_by_one:
         # mean_hw(conv1x1(x)) -> conv1x1(mean_hw(x)): the conv runs on one pixel per image
-        pooled = b.reduce(red.op, x, spatial, True, fused=True)
-        main = b.view(b.aten(CONV, [pooled, w, None, *rest], core.shape[:2] + (1,) * (nd - 2)), red.node.shape)
-        return b.close(main, terms, f"1x1 conv of the {red.op} of {x} over its spatial dims")
-    if red.dims == (1,) and groups == 1:
+        pooled = new.reduce(reduction.op, x, spatial, True, fused=True)
+        conv = new.aten(CONVOLUTION, [pooled, w, None, *rest], core.shape[:2] + (1,) * (nd - 2))
+        main = new.view(conv, reduction.node.shape)
+        return new.close(main, terms, f"1x1 conv of the {reduction.op} of {x} over its spatial dims")
+    if reduction.dims == (1,) and groups == 1:
         # sum_c conv(x, W)[c] -> conv(x, sum_c W[c]): one output channel
-        filt = b.reduce(red.op, w, (1,) if transposed else (0,), True)
-        main = b.view(b.aten(CONV, [x, filt, None, *rest], (core.shape[0], 1) + core.shape[2:]), red.node.shape)
-        return b.close(main, terms, f"conv of {x} with the {red.op} of its filters")
+        filt = new.reduce(reduction.op, w, (1,) if transposed else (0,), True)
+        conv = new.aten(CONVOLUTION, [x, filt, None, *rest], (core.shape[0], 1) + core.shape[2:])
+        main = new.view(conv, reduction.node.shape)
+        return new.close(main, terms, f"conv of {x} with the {reduction.op} of its filters")
     if terms:
         # mean(conv(x) + b) -> mean(conv_nobias(x)) + b
-        lib = b.aten(CONV, [x, w, None, *rest], core.shape)
-        main = b.reduce(red.op, lib, red.dims, red.keepdim, fused=red.node.op != "aten")
-        return b.close(main, terms, f"{red.op} of the conv without bias")
+        lib = new.aten(CONVOLUTION, [x, w, None, *rest], core.shape)
+        main = new.reduce(reduction.op, lib, reduction.dims, reduction.keepdim, fused=reduction.node.op != "aten")
+        return new.close(main, terms, f"{reduction.op} of the conv without bias")
     return None
 
 
-def _matmul(red: Reduction, chain: Chain, nodes: dict):
+def _matmul(reduction: Reduction, chain: Chain, nodes: dict):
     """A reduction over mm/addmm/bmm: over the output features (last dim), or over rows (not the last dim)."""
     core, terms, viewed = chain.core, list(chain.terms), chain.viewed
     if core.target == "aten.addmm.default":
@@ -294,54 +296,52 @@ def _matmul(red: Reduction, chain: Chain, nodes: dict):
     A, M = nodes[a], nodes[m]
     if A.dtype != core.dtype or M.dtype != core.dtype:
         return None
-    y, last, b = red.x.shape, len(red.x.shape) - 1, _Build(red, nodes, chain.scales)
-    if red.dims == (last,) and y[-1] == core.shape[-1]:
+    y, last, new = reduction.x.shape, len(reduction.x.shape) - 1, Replacement(reduction, nodes, chain.scales)
+    if reduction.dims == (last,) and y[-1] == core.shape[-1]:
         # sum_j (A @ B)[.., j] -> A @ sum_j B[:, j]: a matrix-vector product
         src, d = (M.args[0], len(M.shape) - 2) if _is_transpose(M) else (m, len(M.shape) - 1)
-        col = b.reduce(red.op, src, (d,), False)
+        col = new.reduce(reduction.op, src, (d,), False)
         if len(A.shape) == 2:
-            out = b.aten("aten.mv.default", [a, col], A.shape[:1])
+            out = new.aten("aten.mv.default", [a, col], A.shape[:1])
         else:
-            out = b.aten("aten.bmm.default", [a, b.view(col, M.shape[:2] + (1,))], A.shape[:2] + (1,))
-        return b.close(b.view(out, red.node.shape), terms, f"{a} @ ({red.op} of the columns of {m})")
-    if not red.dims or last in red.dims:
+            out = new.aten("aten.bmm.default", [a, new.view(col, M.shape[:2] + (1,))], A.shape[:2] + (1,))
+        return new.close(new.view(out, reduction.node.shape), terms, f"{a} @ ({reduction.op} of the columns of {m})")
+    if not reduction.dims or last in reduction.dims:
         return None
     # sum_i (X @ B)[i, ..] -> (sum_i X[i]) @ B: the rows are reduced before the product
     if len(A.shape) == 3:
-        if viewed or red.dims != (1,):
+        if viewed or reduction.dims != (1,):
             return None
-        rows = b.reduce(red.op, a, (1,), True, fused=True)
-        out = b.aten("aten.bmm.default", [rows, m], (A.shape[0], 1, M.shape[-1]))
-        return b.close(b.view(out, red.node.shape), terms, f"({red.op} of the rows of {a}) @ {m}")
+        rows = new.reduce(reduction.op, a, (1,), True, fused=True)
+        out = new.aten("aten.bmm.default", [rows, m], (A.shape[0], 1, M.shape[-1]))
+        return new.close(new.view(out, reduction.node.shape), terms, f"({reduction.op} of the rows of {a}) @ {m}")
     x = a
     if y[:-1] != A.shape[:-1]:  # A is a 2-D view of X: X's leading dims are y's
         X = nodes[A.args[0]] if A.op == "aten" and A.target in VIEWS else None
         if X is None or X.shape[:-1] != y[:-1] or X.shape[-1] != A.shape[-1]:
             return None
         x = A.args[0]
-    kept = prod(s for d, s in enumerate(y[:-1]) if d not in red.dims)
-    rows = b.view(b.reduce(red.op, x, red.dims, False, fused=True), (kept, A.shape[-1]))
-    out = b.aten("aten.mm.default", [rows, m], (kept, M.shape[-1]))
-    return b.close(b.view(out, red.node.shape), terms, f"({red.op} of the rows of {x}) @ {m}")
+    kept = prod(s for d, s in enumerate(y[:-1]) if d not in reduction.dims)
+    rows = new.view(new.reduce(reduction.op, x, reduction.dims, False, fused=True), (kept, A.shape[-1]))
+    out = new.aten("aten.mm.default", [rows, m], (kept, M.shape[-1]))
+    return new.close(new.view(out, reduction.node.shape), terms, f"({reduction.op} of the rows of {x}) @ {m}")
 
 
 def reduce_rewrites(graph: Graph) -> Graph:
     """Every fp32/fp64 sum or mean over a conv or matmul (through single-reader adds and views)."""
-    from torchweld.simplify.rules import dead_code
-
     nodes, users = graph.by_name(), graph.users()
     out, log = [], []
     for n in graph.nodes:
-        red = as_reduction(n, nodes)
-        chain = peel(red, nodes, users) if red is not None else None
+        reduction = as_reduction(n, nodes)
+        chain = peel(reduction, nodes, users) if reduction is not None else None
         made = None
         if chain is not None:
-            made = (_conv if chain.core.target == CONV else _matmul)(red, chain, nodes)
+            made = (_conv if chain.core.target == CONVOLUTION else _matmul)(reduction, chain, nodes)
         if made is None:
             out.append(n)
             continue
         new, rule = made
         out += new
-        log.append(f"reduce_rewrites: {n.name} = {red.op} over {list(red.dims)} of {chain.core.name} "
+        log.append(f"reduce_rewrites: {n.name} = {reduction.op} over {list(reduction.dims)} of {chain.core.name} "
                    f"({chain.core.target.split('.')[1]}) -> {rule}")
     return dead_code(replace(graph, nodes=tuple(out)).with_log(*log)) if log else graph
