@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 from torchweld.ir import LIBRARY, Plan, format_node
-from torchweld.plan.gemm_sites import describe_decision, lt_decisions
+from torchweld.plan.gemm_sites import describe_decision
 
 
-def describe(plan_: Plan) -> str:
+def describe(plan: Plan) -> str:
     """The plan as Python: library calls as they are, each kernel as one call, ops underneath."""
-    nodes = plan_.graph.by_name()
-    lt = lt_decisions(plan_)
+    nodes = plan.graph.by_name()
+    lt = plan.gemm_sites
     lines = ["def forward(...):"]
-    for step in plan_.steps:
-        k = plan_.kernel(step)
+    for step in plan.steps:
+        k = plan.kernel(step)
         if k is None:
             n = nodes[step]
             if n.op in ("input", "param"):
@@ -26,6 +26,6 @@ def describe(plan_: Plan) -> str:
             lines.append("        # " + format_node(nodes[m]).split("  #")[0])
         if k.name in lt:
             lines.append("        # " + describe_decision(lt[k.name]))
-    outs = ", ".join(plan_.graph.outputs)
+    outs = ", ".join(plan.graph.outputs)
     lines.append(f"    return {outs}")
     return "\n".join(lines)

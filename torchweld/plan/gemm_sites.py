@@ -64,7 +64,7 @@ class GemmSite:
         return ", ".join(expr(Ref(a)) for a in (self.bias, self.mat1, self.mat2))
 
 
-def lt_decisions(plan) -> dict[str, GemmSite | str]:
+def gemm_sites(plan) -> dict[str, GemmSite | str]:
     """For each pointwise kernel reading a GEMM's result, and each other kernel offered a way besides
     ours: its site, or why it has no way but ours (no cuBLASLt epilogue, and no addmm)."""
     nodes, users = plan.graph.by_name(), plan.graph.users()
@@ -85,11 +85,6 @@ def lt_decisions(plan) -> dict[str, GemmSite | str]:
         first = out[offered[0]]
         out[offered[0]] = replace(first, ways=first.ways[:-1], no_epilogue=why) if "addmm" in first.ways else why
     return out
-
-
-def lt_sites(plan) -> dict[str, GemmSite]:
-    """The kernels offered a way besides ours, by name."""
-    return {k: d for k, d in lt_decisions(plan).items() if isinstance(d, GemmSite)}
 
 
 def describe_decision(d: GemmSite | str) -> str:
