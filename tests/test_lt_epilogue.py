@@ -143,11 +143,11 @@ def test_forward_times_every_way_under_the_files_tf32_flags():
 def test_explain_shows_the_ways(capsys):
     assert main(["explain", str(MATMUL / "mlp3d_gelu_tanh_relu.py")]) == 0
     out = capsys.readouterr().out
-    assert "# ways ours, addmm, epilogue; addmm: torch.addmm(p3, v11, v10) then k1 given -0.0 for p3" in out
+    assert "  k1: ways ours, addmm, epilogue; addmm: torch.addmm(p3, v11, v10) then k1 given -0.0 for p3" in out
     assert "no cuBLASLt epilogue: every kernel of the file could be an epilogue" in out
     assert main(["explain", str(ROOT / "problems" / "reduce" / "linear_log_softmax.py")]) == 0
     out = capsys.readouterr().out
-    assert "# ways ours, addmm; addmm: torch.addmm(p1, x0, v3) then k0 given -0.0 for p1" in out
+    assert "  k0: ways ours, addmm; addmm: torch.addmm(p1, x0, v3) then k0 given -0.0 for p1" in out
     assert "no cuBLASLt epilogue: not a pointwise kernel" in out
 
 
