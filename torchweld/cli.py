@@ -83,16 +83,17 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torchweld", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compile", help="write a standalone ModelNew file for a problem")
-    c.add_argument("problem", help="problem file defining Model, get_inputs, get_init_inputs")
-    c.add_argument("-o", "--output", help="where to write the ModelNew file (default out/<name>_new.py)")
-    _add_options(c)
-    c.set_defaults(func=_compile)
-    e = sub.add_parser("explain", help="show the captured graph, the rewrites, the kernel plan and its decisions")
-    e.add_argument("problem")
-    e.add_argument("--passes", action="store_true", help="print the graph after every pass")
-    _add_options(e)
-    e.set_defaults(func=_explain)
+    compile_cmd = sub.add_parser("compile", help="write a standalone ModelNew file for a problem")
+    compile_cmd.add_argument("problem", help="problem file defining Model, get_inputs, get_init_inputs")
+    compile_cmd.add_argument("-o", "--output", help="where to write the ModelNew file (default out/<name>_new.py)")
+    _add_options(compile_cmd)
+    compile_cmd.set_defaults(func=_compile)
+    explain_cmd = sub.add_parser("explain",
+                                 help="show the captured graph, the rewrites, the kernel plan and its decisions")
+    explain_cmd.add_argument("problem")
+    explain_cmd.add_argument("--passes", action="store_true", help="print the graph after every pass")
+    _add_options(explain_cmd)
+    explain_cmd.set_defaults(func=_explain)
     for module in ("torchweld.judge.cli", "torchweld.bench.runner"):
         try:
             __import__(module, fromlist=["register"]).register(sub)

@@ -107,7 +107,8 @@ def _node_lines(n: Node, plan: Plan, nodes: dict, users: dict, in_gemm_ways: set
         return [f"        {n.name} = {expr(n.args[0], nodes)}  # written by the kernel that made {n.args[1]}"] \
             if users[n.name] else []
     if n.op == FOLD:
-        return [f"        {fold_call(n, nodes, users, lambda a: expr(a, nodes))}  # {describe_stages(n.args[2:], nodes)}"]
+        call = fold_call(n, nodes, users, lambda a: expr(a, nodes))
+        return [f"        {call}  # {describe_stages(n.args[2:], nodes)}"]
     if n.op == "getitem" and nodes[n.args[0]].op == FOLD:
         return []  # unpacked by the fold's line
     if n.op == "getitem":

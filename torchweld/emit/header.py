@@ -30,7 +30,7 @@ def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
         lines.append("GEMM sites (`_tw_lt` times each way offered besides ours, the GEMM then its kernel, at the "
                      "first call on each device,")
         lines.append("and keeps the fastest where it is clearly faster than ours):")
-        lines += [f"  {k}: {describe_decision(d)}" for k, d in plan.gemm_sites.items()]
+        lines += [f"  {k}: {describe_decision(decision)}" for k, decision in plan.gemm_sites.items()]
     lines += fold_header(graph)
     if plan.packed_weights:
         lines.append("Packed weights (`_tw_pack`: cuBLAS runs the GEMM's NN form, faster than the TN form of a linear's")

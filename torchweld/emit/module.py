@@ -17,7 +17,8 @@ from torchweld.simplify.conv_fold import FOLD
 IMPORTS = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", ""]
 
 
-def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(), init_args: list | None = None) -> str:
+def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(),
+         init_args: list | None = None) -> str:
     """The ModelNew file for `plan` (made by plan.plan with `options`), keeping the problem's
     constructor and forward signature.
 

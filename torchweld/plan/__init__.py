@@ -20,6 +20,7 @@ def plan(graph: Graph, options: Options = Options()) -> Plan:
     p = replace(p, layouts=layouts, conv_sites=conv_sites.conv_sites(p, layouts) if options.layout_plan else {},
                 gemm_sites=gemm_sites.gemm_sites(p), packed_weights=gemm_pack.packed_weights(graph))
     p = replace(p, written_into=memory.written_into(p))  # reads gemm_sites
-    p = replace(p, written_over=memory.written_over(p), elided_views=memory.elided_views(p))  # reads layouts, written_into
+    # written_over reads layouts and written_into
+    p = replace(p, written_over=memory.written_over(p), elided_views=memory.elided_views(p))
     blockers = guard.graph_blockers(graph)
     return replace(p, guard=guard.guard(p), graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)

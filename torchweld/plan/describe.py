@@ -61,7 +61,7 @@ def decisions(plan: Plan) -> str:
         ("Channels-last builds", "a second build, `_cl`, reads these operands as a channels-last convolution made them",
          channels_last, "none"),
         ("GEMM sites", "`_tw_lt` times each way offered besides ours at the first call on each device",
-         [f"{k}: {describe_decision(d)}" for k, d in plan.gemm_sites.items()], "none"),
+         [f"{k}: {describe_decision(decision)}" for k, decision in plan.gemm_sites.items()], "none"),
         ("Packed weights", "`_tw_pack` lays the weight out (in, out) once per version; cuBLAS runs the GEMM's NN form",
          [f"{t} = {p}.t() ({nodes[p].target}), laid out (in, out)" for t, p in plan.packed_weights.items()], "none"),
         ("Written over an operand", "read by the kernel alone, each element before it is written",
