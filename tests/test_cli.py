@@ -52,8 +52,63 @@ def test_explain_shows_graph_rewrites_and_plan():
     proc = tw("explain", ROOT / "problems/seeds/seed000_convt3d_bias_residual.py")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for part in ("# Captured graph", "# Rewrites", "collect_linear", "# Kernel plan", "k0(", "fma("):
+    for part in ("# Captured graph", "# Rewrites", "collect_linear", "# Kernel plan", "k0(", "fma(", "# Decisions"):
         assert part in out
+
+
+# Each decision the Plan records, in the explain output of a corpus problem that has it.
+EXPLAINED = {
+    "conv/conv2d_3x3_bn_eval_relu.py": [
+        "  v9_lib: site 0; its output is handed on as made",  # convolution layout: handed on channels-last
+        "  k0: v9_lib with strides (200704, 1, 3584, 64)",  # the kernel's channels-last build
+        "  v9_bias = a view of v9_b",  # the folded bias's view is never made
+        "  mode: bn in eval mode",  # the guard checks the norm's mode
+        "Written over an operand: none",  # not where a `_cl` build reads tiles
+    ],
+    "conv/conv1d_dilated_gelu_residual.py": [
+        "  v3_lib: site 0; its output is handed on contiguous, as captured",
+        "  k0 writes v5 over v3_lib",
+        "  v3_bias = a view of p1 (conv.bias)",
+        "Channels-last builds: none",
+    ],
+    "matmul/mlp3d_gelu_tanh_relu.py": [
+        "  k1: ways ours, addmm, epilogue; addmm: torch.addmm(p3, v11, v10) then k1 given -0.0 for p3",
+        "  v5 = p0.t() (up.weight), laid out (in, out)",
+        "  k0 writes v9 over v8_lib",
+        "  dtype and device: p1 (up.bias), p3 (down.bias)",
+        "Convolution sites: none",
+    ],
+    "norm/instance_norm1d_tracked_relu.py": [
+        "  k1 writes v14 into p2 (norm.running_mean); the copy_ v15 moves nothing",
+        "  mode: norm in training mode",
+        "CUDA graph: cannot be used: it updates buffers in place",
+    ],
+    "conv/conv2d_depthwise_5x5_stride2_hardswish.py": [
+        "  shape: p0 (conv.weight) (a depthwise kernel is built for it)",
+        "CUDA graph: not asked for (--cuda-graph); nothing blocks it",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPLAINED))
+def test_explain_shows_each_decision(name, capsys):
+    from torchweld.cli import main
+
+    assert main(["explain", str(ROOT / "problems" / name)]) == 0
+    out = capsys.readouterr().out
+    decisions = out[out.index("# Decisions"):].splitlines()
+    missing = [line for line in EXPLAINED[name] if not any(d.startswith(line) for d in decisions)]
+    assert not missing, out[out.index("# Decisions"):]
+
+
+def test_explain_follows_the_options(capsys):
+    from torchweld.cli import main
+
+    problem = str(ROOT / "problems" / "conv" / "conv1d_dilated_gelu_residual.py")
+    assert main(["explain", problem, "--no-layout-plan", "--cuda-graph"]) == 0
+    out = capsys.readouterr().out
+    assert "Convolution sites: none (layout planning is off" in out
+    assert "CUDA graph: the fast path is captured at its first call and replayed" in out
 
 
 DATA_DEPENDENT = '''"""A forward whose control flow depends on the data: no graph can be traced."""

@@ -238,3 +238,33 @@ def test_other_constructor_arguments_take_the_general_path(tmp_path):
     other = list(init)
     other[3] = 1  # another stride
     assert not module.ModelNew(*other)._tw_same_init
+
+
+def test_emit_prints_the_plans_decisions():
+    """emit decides nothing: a plan whose decisions are taken away prints a file without them."""
+    from dataclasses import replace
+
+    from torchweld.emit import emit
+
+    problem = load_problem(ROOT / "problems" / "matmul" / "mlp3d_gelu_tanh_relu.py")
+    result = compile_problem(problem)
+    plan = result.plan
+    assert plan.written_over and plan.packed_weights and plan.timed_gemm_sites
+    for made in ("is read here alone", "_tw_pack(self, ", "_tw_lt(self, "):
+        assert made in result.source
+    bare = emit(replace(plan, written_over={}, packed_weights={}, gemm_sites={}), problem.source, problem.name)
+    assert "is read here alone" not in bare and "_tw_pack" not in bare and "_tw_lt" not in bare
+    assert "v5 = p0.t()" in bare and "v9, = _k0(v8_lib, p1)" in bare  # the transpose made, the kernel called
+    ast.parse(bare)
+
+
+def test_emit_imports_no_decision():
+    """emit/ reads the Plan's decisions; it imports none of the functions that make them."""
+    decisions = {"partition", "plan", "conv_layouts", "conv_sites", "gemm_sites", "packed_weights", "written_over",
+                 "overwrites", "written_into", "elided_views", "guard", "kernel_params", "norm_modes", "graph_blockers"}
+    imported = set()
+    for path in (ROOT / "torchweld" / "emit").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchweld.plan"):
+                imported |= {a.name for a in node.names}
+    assert imported and not imported & decisions, imported & decisions

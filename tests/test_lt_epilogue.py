@@ -1,4 +1,4 @@
-"""GEMM sites (lt_epilogue.py): which kernels after a GEMM may run another way than ours (torch.addmm
+"""GEMM sites (plan/gemm_sites.py): which kernels after a GEMM may run another way than ours (torch.addmm
 then the kernel given -0.0 for the bias, or one torch._addmm_activation call), what the file and
 explain say about it, and the emitted file on the CPU emulator (where ours always runs unless forced)
 against eager, each way forced."""
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
 from helpers import kernels
 from torchweld.cli import main
-from torchweld.plan.gemm_sites import GemmSite, lt_decisions, lt_sites
+from torchweld.plan.gemm_sites import GemmSite
 from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_problem
 
@@ -38,7 +38,7 @@ def _decision(fn, x, dtype=torch.float32, n=64):
     the file's own beside it, as a file whose every kernel could be an epilogue keeps one)."""
     x = x.to(dtype)
     p = kernels(_with_own_kernel(fn), x, w=torch.randn(n, x.shape[-1], dtype=dtype), b=torch.randn(n, dtype=dtype))
-    decisions = lt_decisions(p)
+    decisions = p.gemm_sites
     assert len(decisions) <= 1, decisions
     return next(iter(decisions.values()), None)
 
@@ -94,19 +94,19 @@ def test_a_kernel_updating_running_statistics_is_not_timed():
     """Timing runs each way a dozen times: a training-mode batch norm would update its statistics as often."""
     plan = compile_problem(load_problem(ROOT / "problems" / "norm" / "linear_batchnorm1d_train_tanh.py")).plan
     assert any(plan.graph.by_name()[m].op == "batch_norm" for k in plan.kernels for m in k.nodes)
-    assert not lt_sites(plan)
+    assert not plan.timed_gemm_sites
 
 
 def test_a_file_whose_every_kernel_could_be_an_epilogue_keeps_its_first():
     # NOTE: the judge flags a forward that launches no kernel of its own (a library-only ModelNew);
     # addmm still runs our kernel.
     x, w, b = torch.randn(32, 48), torch.randn(64, 48), torch.randn(64)
-    alone = lt_decisions(kernels(lambda s, x: torch.relu(_linear(s, x)), x, w=w, b=b))
+    alone = kernels(lambda s, x: torch.relu(_linear(s, x)), x, w=w, b=b).gemm_sites
     assert list(alone) == ["k0"] and alone["k0"].ways == ("ours", "addmm")
     assert "a ModelNew runs one of its own" in alone["k0"].no_epilogue
-    half = lt_decisions(kernels(lambda s, x: torch.relu(_linear(s, x)), x.half(), w=w.half(), b=b.half()))
+    half = kernels(lambda s, x: torch.relu(_linear(s, x)), x.half(), w=w.half(), b=b.half()).gemm_sites
     assert "a ModelNew runs one of its own" in half["k0"]  # fp16: addmm as captured, no other way
-    mlp = lt_decisions(compile_problem(load_problem(MATMUL / "mlp3d_gelu_tanh_relu.py")).plan)
+    mlp = compile_problem(load_problem(MATMUL / "mlp3d_gelu_tanh_relu.py")).plan.gemm_sites
     assert mlp["k0"].ways == ("ours", "addmm") and mlp["k1"].ways == ("ours", "addmm", "epilogue")
 
 
@@ -143,11 +143,11 @@ def test_forward_times_every_way_under_the_files_tf32_flags():
 def test_explain_shows_the_ways(capsys):
     assert main(["explain", str(MATMUL / "mlp3d_gelu_tanh_relu.py")]) == 0
     out = capsys.readouterr().out
-    assert "# ways ours, addmm, epilogue; addmm: torch.addmm(p3, v11, v10) then k1 given -0.0 for p3" in out
+    assert "  k1: ways ours, addmm, epilogue; addmm: torch.addmm(p3, v11, v10) then k1 given -0.0 for p3" in out
     assert "no cuBLASLt epilogue: every kernel of the file could be an epilogue" in out
     assert main(["explain", str(ROOT / "problems" / "reduce" / "linear_log_softmax.py")]) == 0
     out = capsys.readouterr().out
-    assert "# ways ours, addmm; addmm: torch.addmm(p1, x0, v3) then k0 given -0.0 for p1" in out
+    assert "  k0: ways ours, addmm; addmm: torch.addmm(p1, x0, v3) then k0 given -0.0 for p1" in out
     assert "no cuBLASLt epilogue: not a pointwise kernel" in out
 
 
@@ -203,7 +203,7 @@ def test_emulated_file_matches_eager_each_way_forced(body, ways, shape, tmp_path
     branch, views and all. The -0.0 vector is made once per site and is no part of the state dict."""
     path = write_problem(tmp_path, f"m{len(shape)}", EMU_MODEL.format(what="two linears", body=body, shape=shape))
     new_cls, result = emulated_model(path, tmp_path)
-    assert {k: d.ways for k, d in lt_sites(result.plan).items()} == ways
+    assert {k: d.ways for k, d in result.plan.timed_gemm_sites.items()} == ways
     ref, new = reference_and_new(path, new_cls)
     new._tw_general = None  # NOTE: the fast path must run: a fallback to the original forward would fail here
     lib = type(new).forward.__globals__["_LIB"]

@@ -123,3 +123,59 @@ def test_linear_bias_joins_the_kernel_through_views():
         p = plan(simplify(capture(M(), [torch.randn(*shape)])))
         assert "aten.addmm.default" not in _targets(p) and "aten.mm.default" in _targets(p)
         assert len(p.kernels) == 1 and [p.graph.by_name()[m].op for m in p.kernels[0].nodes] == ["add", "sigmoid"]
+
+
+# --- the decisions recorded on the Plan -------------------------------------------------------------
+
+def _corpus_plan(name: str, **options):
+    from pathlib import Path
+
+    from torchweld.pipeline import Options, compile_problem
+    from torchweld.problem import load_problem
+
+    root = Path(__file__).resolve().parents[1] / "problems"
+    return compile_problem(load_problem(root / name), Options(**options)).plan
+
+
+DECISIONS = {  # module in torchweld/plan/ -> the decisions it makes
+    "conv_layout": ["conv_layouts"], "conv_sites": ["conv_sites"], "gemm_sites": ["gemm_sites"],
+    "gemm_pack": ["packed_weights"], "memory": ["written_into", "written_over", "elided_views"],
+    "guard": ["guard", "graph_blockers"],
+}
+
+
+def test_each_decision_is_made_once(monkeypatch):
+    import importlib
+
+    calls = []
+    for module, names in DECISIONS.items():
+        m = importlib.import_module(f"torchweld.plan.{module}")
+        for name in names:
+            fn = getattr(m, name)
+            monkeypatch.setattr(m, name, lambda *a, _fn=fn, _name=name: calls.append(_name) or _fn(*a))
+    plan = _corpus_plan("conv/conv2d_3x3_bn_eval_relu.py")
+    assert sorted(calls) == sorted(n for names in DECISIONS.values() for n in names)
+    assert plan.conv_sites and plan.guard.params
+
+
+def test_the_plan_follows_the_options():
+    planned = _corpus_plan("conv/conv2d_3x3_bn_eval_relu.py")
+    assert planned.conv_sites == {"v9_lib": None} and planned.layouts.keep == {"v9_lib"}
+    assert not planned.written_over  # the kernel's `_cl` build reads tiles: it may not write over them
+    flat = _corpus_plan("conv/conv2d_3x3_bn_eval_relu.py", layout_plan=False)
+    assert flat.conv_sites == {} and not flat.layouts.keep and not any(flat.layouts.of(k) for k in flat.kernels)
+    assert flat.written_over == {"v19": "v9_lib"}
+    graphed = _corpus_plan("reduce/linear_center_rows.py", cuda_graph=True)
+    assert graphed.cuda_graph and not graphed.graph_blockers
+    assert not _corpus_plan("reduce/linear_center_rows.py").cuda_graph  # not asked for
+    blocked = _corpus_plan("norm/conv2d_batchnorm_relu.py", cuda_graph=True)
+    assert not blocked.cuda_graph and "it updates buffers in place" in blocked.graph_blockers[0]
+
+
+def test_guard_names_what_the_kernels_were_built_for():
+    depthwise = _corpus_plan("conv/conv2d_depthwise_5x5_stride2_hardswish.py")
+    nodes = depthwise.graph.by_name()
+    assert [nodes[p].target for p in depthwise.guard.shapes] == ["conv.weight"]
+    assert set(depthwise.guard.shapes) <= set(depthwise.guard.params)
+    assert _corpus_plan("conv/conv2d_3x3_bn_eval_relu.py").guard.modes == (("bn", False),)
+    assert _corpus_plan("norm/instance_norm1d_tracked_relu.py").guard.modes == (("norm", True),)

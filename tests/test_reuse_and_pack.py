@@ -1,8 +1,9 @@
 """Two ways the emitted forward moves fewer bytes around its library calls:
 
 - a pointwise kernel writes its output over an operand forward made itself and reads nowhere else
-  (emit.reusable): the GEMM's result, read once by the activation after it;
-- a GEMM reads a linear's weight packed (in, out) once per version of the weight (gemm_pack.py).
+  (Plan.written_over, plan/memory.py): the GEMM's result, read once by the activation after it;
+- a GEMM reads a linear's weight packed (in, out) once per version of the weight (Plan.packed_weights,
+  plan/gemm_pack.py).
 
 Plan-level cases check where each must not happen; emulator cases (tests/cuda_emu.py, one CPU
 thread per GPU thread) check the results against eager, also after the weights change."""
@@ -14,9 +15,7 @@ import pytest
 import torch
 
 from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
-from torchweld.emit import reusable
-from torchweld.plan.gemm_pack import packed_weights
-from torchweld.pipeline import compile_problem
+from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_problem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,15 +52,6 @@ def _compile(tmp_path, name, body, shape="24, 40"):
     return path, compile_problem(load_problem(path))
 
 
-def _reused(result) -> dict[str, str]:
-    plan = result.plan
-    made = frozenset(o for k in plan.kernels for o in k.outputs)
-    out = {}
-    for k in plan.kernels:
-        out.update(reusable(k, plan.graph, made))
-    return out
-
-
 REUSE_CASES = {
     # body, how many outputs are written over an operand
     "linear_gelu": ("        return F.gelu(self.fc(x))", 1),
@@ -78,7 +68,7 @@ REUSE_CASES = {
 def test_reuse_only_where_nothing_else_reads(name, tmp_path):
     body, expected = REUSE_CASES[name]
     _, result = _compile(tmp_path, name, body)
-    reused = _reused(result)
+    reused = result.plan.written_over
     assert len(reused) == expected, (reused, str(result.plan.graph))
     assert result.source.count(REUSE) == expected
     nodes = result.plan.graph.by_name()
@@ -88,8 +78,13 @@ def test_reuse_only_where_nothing_else_reads(name, tmp_path):
 
 def test_no_reuse_where_a_channels_last_build_reads_tiles():
     # NOTE: conv_layout hands a channels-last result to a kernel with a `_cl` build (tiles through shared memory)
-    result = compile_problem(load_problem(ROOT / "problems" / "conv" / "conv2d_3x3_bn_eval_relu.py"))
-    assert "_cl(" in result.source and REUSE not in result.source
+    problem = load_problem(ROOT / "problems" / "conv" / "conv2d_3x3_bn_eval_relu.py")
+    result = compile_problem(problem)
+    assert "_cl(" in result.source and REUSE not in result.source and not result.plan.written_over
+    # without layout planning the kernel has no `_cl` build, and writes over the convolution's result
+    flat = compile_problem(problem, Options(layout_plan=False))
+    assert "_cl(" not in flat.source and list(flat.plan.written_over.values()) == ["v9_lib"]
+    assert flat.source.count(REUSE) == 1
 
 
 PACK_CASES = {
@@ -107,7 +102,7 @@ def test_packed_weights(name, tmp_path):
     body, expected = PACK_CASES[name]
     _, result = _compile(tmp_path, name, body, "2, 24, 40" if name == "linear3d" else "24, 40")
     nodes = result.plan.graph.by_name()
-    packed = packed_weights(result.plan.graph)
+    packed = result.plan.packed_weights
     assert sorted(nodes[p].target for p in packed.values()) == sorted(expected), str(result.plan.graph)
     assert result.source.count("= _tw_pack(self, ") == len(expected)
     assert ("def _tw_pack(" in result.source) == bool(expected)
@@ -185,12 +180,10 @@ COPY_CASES = {
 
 @pytest.mark.parametrize("name", COPY_CASES)
 def test_copy_into_buffer(name, tmp_path):
-    from torchweld.emit import copies_into
-
     body, expected = COPY_CASES[name]
     path = write_problem(tmp_path, name, BUFFER_SOURCE.format(body=body))
     result = compile_problem(load_problem(path))
-    into = copies_into(result.plan)
+    into = result.plan.written_into
     assert len(into) == expected, (into, str(result.plan.graph))
     forward = result.source[result.source.index("    def forward("):result.source.index("    def _tw_general(")]
     assert forward.count(".copy_(") == 1 - expected, forward

@@ -5,19 +5,20 @@ import argparse
 import sys
 from pathlib import Path
 
+from torchweld.options import Options, Precision
 from torchweld.problem import ProblemError
 
 
 def _compile(args) -> int:
-    from torchweld.pipeline import Options, compile_problem, cuda_available, passthrough
+    from torchweld.pipeline import compile_problem, cuda_available, passthrough
     from torchweld.problem import load_problem
 
     problem = load_problem(args.problem)
     out = Path(args.output) if args.output else Path("out") / f"{problem.name}_new.py"
     out.parent.mkdir(parents=True, exist_ok=True)
+    options = _options(args)
     try:
-        result = compile_problem(problem, Options(precision=args.precision, layout_plan=not args.no_layout_plan,
-                                                  cuda_graph=args.cuda_graph))
+        result = compile_problem(problem, options)
     except ProblemError:
         raise
     except Exception as e:  # still write a correct file: the original forward
@@ -35,17 +36,22 @@ def _compile(args) -> int:
         return 0
     from torchweld.judge.first import first_check
 
-    report = first_check(problem, out, trials=3, tf32=args.precision == "tf32")
+    report = first_check(problem, out, trials=3, tf32=options.tf32)
     print(report.text())
     return 0 if report.ok else 12
 
 
+def _options(args, dump: bool = False) -> Options:
+    """The Options the command line asks for."""
+    return Options(dump=dump, precision=args.precision, layout_plan=not args.no_layout_plan, cuda_graph=args.cuda_graph)
+
+
 def _explain(args) -> int:
-    from torchweld.pipeline import Options, compile_problem
-    from torchweld.plan import describe
+    from torchweld.pipeline import compile_problem
+    from torchweld.plan.describe import decisions, listing
     from torchweld.problem import load_problem
 
-    result = compile_problem(load_problem(args.problem), Options(dump=True))
+    result = compile_problem(load_problem(args.problem), _options(args, dump=True))
     print("# Captured graph (aten ops as the IR)\n")
     print(result.captured)
     print("\n# Rewrites\n")
@@ -56,29 +62,38 @@ def _explain(args) -> int:
     print("\n# Simplified graph\n")
     print(result.simplified)
     print("\n# Kernel plan\n")
-    print(describe(result.plan))
+    print(listing(result.plan))
+    print("\n# Decisions\n")
+    print(decisions(result.plan))
     return 0
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    """The compiler's options, for `compile` and `explain` alike."""
+    p.add_argument("--precision", choices=[str(x) for x in Precision], default=str(Precision.FP32),
+                   help="fp32 (default): fp32 math wherever the reference has it; tf32: cuBLAS and cuDNN may use "
+                        "TF32 matrix units for fp32 data (faster; the file's header says so)")
+    p.add_argument("--no-layout-plan", action="store_true",
+                   help="run convolutions as the original does instead of in the layout measured fastest")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="replay the fast path as a CUDA graph (one launch; for forwards that launch many small "
+                        "kernels; its terms are written in the file's header)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torchweld", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compile", help="write a standalone ModelNew file for a problem")
-    c.add_argument("problem", help="problem file defining Model, get_inputs, get_init_inputs")
-    c.add_argument("-o", "--output", help="where to write the ModelNew file (default out/<name>_new.py)")
-    c.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
-                   help="fp32 (default): fp32 math wherever the reference has it; tf32: cuBLAS and cuDNN may use "
-                        "TF32 matrix units for fp32 data (faster; the file's header says so)")
-    c.add_argument("--no-layout-plan", action="store_true",
-                   help="run convolutions as the original does instead of in the layout measured fastest")
-    c.add_argument("--cuda-graph", action="store_true",
-                   help="replay the fast path as a CUDA graph (one launch; for forwards that launch many small "
-                        "kernels; its terms are written in the file's header)")
-    c.set_defaults(func=_compile)
-    e = sub.add_parser("explain", help="show the captured graph, the rewrites and the kernel plan")
-    e.add_argument("problem")
-    e.add_argument("--passes", action="store_true", help="print the graph after every pass")
-    e.set_defaults(func=_explain)
+    compile_cmd = sub.add_parser("compile", help="write a standalone ModelNew file for a problem")
+    compile_cmd.add_argument("problem", help="problem file defining Model, get_inputs, get_init_inputs")
+    compile_cmd.add_argument("-o", "--output", help="where to write the ModelNew file (default out/<name>_new.py)")
+    _add_options(compile_cmd)
+    compile_cmd.set_defaults(func=_compile)
+    explain_cmd = sub.add_parser("explain",
+                                 help="show the captured graph, the rewrites, the kernel plan and its decisions")
+    explain_cmd.add_argument("problem")
+    explain_cmd.add_argument("--passes", action="store_true", help="print the graph after every pass")
+    _add_options(explain_cmd)
+    explain_cmd.set_defaults(func=_explain)
     for module in ("torchweld.judge.cli", "torchweld.bench.runner", "torchweld.agent.cli"):
         try:
             __import__(module, fromlist=["register"]).register(sub)

@@ -155,13 +155,48 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """What forward checks besides its inputs before it runs the kernels (any check failing sends
+    the call to the original forward)."""
+
+    params: tuple[str, ...] = ()  # parameters and buffers the kernels read: their dtype and device
+    shapes: tuple[str, ...] = ()  # of those, the ones a kernel is built for the shape of (a depthwise weight)
+    modes: tuple[tuple[str, bool], ...] = ()  # (module path, training) of each norm the graph depends on the mode of
+
+
+@dataclass(frozen=True)
 class Plan:
+    """Forward as library calls and fused kernels, in order, and every decision on how they run.
+
+    plan/ makes each decision once and records it here (plan.plan); emit prints them; explain shows them.
+    """
+
     graph: Graph
     kernels: tuple[Kernel, ...]
     steps: tuple[str, ...]  # execution order: node names (run in PyTorch) and kernel names
+    # convolution -> the memory format `_tw_conv` hands its output on in (None: as made), in site order;
+    # empty where convolutions run as the original does (plan/conv_sites.py)
+    conv_sites: dict[str, str | None] = field(default_factory=dict)
+    # plan/conv_layout.ConvLayouts: the values kernels may read as a channels-last convolution made them
+    layouts: object = None
+    # kernel after a GEMM -> its GemmSite (the ways it may run), or why it runs ours alone (plan/gemm_sites.py)
+    gemm_sites: dict = field(default_factory=dict)
+    packed_weights: dict[str, str] = field(default_factory=dict)  # transpose -> parameter read packed (in, out)
+    written_over: dict[str, str] = field(default_factory=dict)  # kernel output -> the operand it overwrites
+    # kernel output -> (copy_ node, parameter or buffer): the kernel writes it there itself (plan/memory.py)
+    written_into: dict[str, tuple[str, str]] = field(default_factory=dict)
+    elided_views: dict[str, str] = field(default_factory=dict)  # view never made -> the tensor kernels read instead
+    guard: Guard = Guard()
+    graph_blockers: tuple[str, ...] = ()  # why forward cannot be replayed as a CUDA graph (plan/guard.py)
+    cuda_graph: bool = False  # the fast path is replayed as a CUDA graph (asked for, and nothing blocks it)
 
     def kernel(self, name: str) -> Kernel | None:
         return next((k for k in self.kernels if k.name == name), None)
+
+    @property
+    def timed_gemm_sites(self) -> dict:
+        """{kernel: GemmSite} for the kernels offered a way besides ours, timed by `_tw_lt`."""
+        return {k: site for k, site in self.gemm_sites.items() if not isinstance(site, str)}
 
 
 def short_dtype(dtype: str) -> str:

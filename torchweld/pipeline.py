@@ -38,10 +38,9 @@ def compile_problem(problem: Problem, options: Options = Options()) -> Result:
     captured = capture(model, inputs, filename=str(problem.path))
     dumps: list[tuple[str, Graph]] = [("capture", captured)]
     simplified = simplify(captured, dump=(lambda name, g: dumps.append((name, g))) if options.dump else None)
-    the_plan = plan(simplified)
-    source = emit(the_plan, problem.source, problem.name, options.layout_plan, options.precision, options.cuda_graph,
-                  problem.init_inputs())
-    return Result(problem, captured, simplified, the_plan, source, dumps)
+    planned = plan(simplified, options)
+    source = emit(planned, problem.source, problem.name, options, problem.init_inputs())
+    return Result(problem, captured, simplified, planned, source, dumps)
 
 
 def compile_source(problem: Problem, options: Options = Options()) -> tuple[str, str | None]:

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from torchweld.judge.first import compare, fp32_mode
-from torchweld.plan.gemm_sites import lt_sites
 from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_module, load_problem
 
@@ -64,7 +63,7 @@ def _load(problem_path: Path, tmp_path: Path, **options):
     ref = problem.build_model(0).cuda()
     new = module.ModelNew(*problem.init_inputs()).cuda()
     new.load_state_dict(ref.state_dict())
-    return problem, ref, new, lt_sites(result.plan)
+    return problem, ref, new, result.plan.timed_gemm_sites
 
 
 def _inputs(problem, seed: int) -> list:

@@ -1,4 +1,5 @@
-"""Emit: the standalone ModelNew file (needs PyTorch alone: no torchweld import at run time)."""
-from torchweld.emit.module import EmitError, copies_into, emit, emit_passthrough, reusable
+"""Emit: print the Plan as the standalone ModelNew file (needs PyTorch alone: no torchweld import at run time)."""
+from torchweld.emit.module import emit, emit_passthrough
+from torchweld.emit.source import EmitError
 
-__all__ = ["EmitError", "copies_into", "emit", "emit_passthrough", "reusable"]
+__all__ = ["EmitError", "emit", "emit_passthrough"]

@@ -1,17 +1,23 @@
-"""The plan as Python, for `explain`: library calls as they are, each kernel as one call."""
+"""The plan as Python, for `explain`: library calls as they are, each kernel as one call, then every
+decision the Plan records on how they run."""
 from __future__ import annotations
 
 from torchweld.ir import LIBRARY, Plan, format_node
-from torchweld.plan.gemm_sites import describe_decision, lt_decisions
+from torchweld.plan.conv_layout import CONV
+from torchweld.plan.gemm_sites import describe_decision
 
 
-def describe(plan_: Plan) -> str:
+def describe(plan: Plan) -> str:
+    """The plan's forward (`listing`), then its decisions (`decisions`)."""
+    return listing(plan) + "\n\n" + decisions(plan)
+
+
+def listing(plan: Plan) -> str:
     """The plan as Python: library calls as they are, each kernel as one call, ops underneath."""
-    nodes = plan_.graph.by_name()
-    lt = lt_decisions(plan_)
+    nodes = plan.graph.by_name()
     lines = ["def forward(...):"]
-    for step in plan_.steps:
-        k = plan_.kernel(step)
+    for step in plan.steps:
+        k = plan.kernel(step)
         if k is None:
             n = nodes[step]
             if n.op in ("input", "param"):
@@ -24,8 +30,60 @@ def describe(plan_: Plan) -> str:
                      f"  # fused: {len(k.nodes)} ops over {shape}")
         for m in k.nodes:
             lines.append("        # " + format_node(nodes[m]).split("  #")[0])
-        if k.name in lt:
-            lines.append("        # " + describe_decision(lt[k.name]))
-    outs = ", ".join(plan_.graph.outputs)
+    outs = ", ".join(plan.graph.outputs)
     lines.append(f"    return {outs}")
     return "\n".join(lines)
+
+
+def decisions(plan: Plan) -> str:
+    """Every decision the plan records, one titled part each ("none" where it made none)."""
+    nodes = plan.graph.by_name()
+
+    def param(name: str) -> str:
+        return f"{name} ({nodes[name].target})" if nodes[name].op == "param" else name
+
+    convs = [n.name for n in plan.graph.nodes if n.op == "aten" and n.target == CONV]
+    sites = [f"{c}: site {i}; its output is handed on " + (
+        "as made (channels-last where that ran fastest: its readers take either)" if fmt is None else
+        "contiguous, as captured" if fmt == "contiguous_format" else f"{fmt}, as captured")
+        for i, (c, fmt) in enumerate(plan.conv_sites.items())]
+    channels_last = [f"{k.name}: " + ", ".join(f"{a} with strides {s}" for a, s in plan.layouts.of(k).items())
+                     for k in plan.kernels if plan.layouts is not None and plan.layouts.of(k)]
+    copy_into = [f"{_maker(plan, o)} writes {o} into {param(dst)}; the copy_ {copy} moves nothing"
+                 for o, (copy, dst) in plan.written_into.items()]
+    guard = [f"dtype and device: {', '.join(param(p) for p in plan.guard.params)}"] * bool(plan.guard.params)
+    guard += [f"shape: {param(p)} (a depthwise kernel is built for it)" for p in plan.guard.shapes]
+    guard += [f"mode: {m or 'the model'} in {'training' if t else 'eval'} mode" for m, t in plan.guard.modes]
+    parts = [  # (what, how it runs, entries, what to say where there are none)
+        ("Convolution sites", "`_tw_conv` runs each in NCHW or channels-last, cuDNN's heuristic or benchmarked "
+         "algorithm, whichever is measured fastest at its first call", sites,
+         "none" + (" (layout planning is off: convolutions run as the original does)" if convs else "")),
+        ("Channels-last builds", "a second build, `_cl`, reads these operands as a channels-last convolution made them",
+         channels_last, "none"),
+        ("GEMM sites", "`_tw_lt` times each way offered besides ours at the first call on each device",
+         [f"{k}: {describe_decision(decision)}" for k, decision in plan.gemm_sites.items()], "none"),
+        ("Packed weights", "`_tw_pack` lays the weight out (in, out) once per version; cuBLAS runs the GEMM's NN form",
+         [f"{t} = {p}.t() ({nodes[p].target}), laid out (in, out)" for t, p in plan.packed_weights.items()], "none"),
+        ("Written over an operand", "read by the kernel alone, each element before it is written",
+         [f"{_maker(plan, o)} writes {o} over {a}" for o, a in plan.written_over.items()], "none"),
+        ("Written into a parameter or buffer", "the kernel writes it there itself", copy_into, "none"),
+        ("Views never made", "the kernels read the tensor itself",
+         [f"{v} = a view of {param(src)}" for v, src in plan.elided_views.items()], "none"),
+        ("Guard", "besides the inputs' shapes, dtypes and devices; a failing check runs the original forward",
+         guard, "the inputs alone"),
+    ]
+    lines = []
+    for what, how, entries, none in parts:
+        lines += [f"{what} ({how}):", *(f"  {e}" for e in entries)] if entries else [f"{what}: {none}"]
+    if plan.cuda_graph:
+        lines.append("CUDA graph: the fast path is captured at its first call and replayed")
+    elif plan.graph_blockers:
+        lines.append("CUDA graph: cannot be used: " + "; ".join(plan.graph_blockers))
+    else:
+        lines.append("CUDA graph: not asked for (--cuda-graph); nothing blocks it")
+    return "\n".join(lines)
+
+
+def _maker(plan: Plan, value: str) -> str:
+    """The kernel that makes `value`."""
+    return next(k.name for k in plan.kernels if value in k.outputs)

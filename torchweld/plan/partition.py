@@ -1,4 +1,4 @@
-"""Plan: partition the graph into library calls and fused kernels.
+"""Partition the graph into library calls and fused kernels.
 
 A generic partitioner (union of producer/consumer pairs, kept acyclic) driven by one policy,
 `can_fuse`. Pointwise values of a smaller, broadcast shape (a bias times two) are recomputed
@@ -72,7 +72,8 @@ class _Groups:
         return False
 
 
-def plan(graph: Graph) -> Plan:
+def partition(graph: Graph) -> Plan:
+    """The graph as fused kernels and the nodes left to PyTorch, in the order forward runs them."""
     g = _Groups(graph)
     nodes = g.nodes
     for n in graph.nodes:

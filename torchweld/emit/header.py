@@ -1,0 +1,95 @@
+"""The emitted file's opening docstring: what was fused, what runs in a library, and how each site runs."""
+from __future__ import annotations
+
+from math import prod
+
+from torchweld.codegen import reduce_traffic
+from torchweld.ir import LIBRARY, Plan
+from torchweld.options import Options, Precision
+from torchweld.plan.gemm_sites import describe_decision
+from torchweld.simplify.conv_fold import fold_header
+from torchweld.simplify.library_bias import VIEWS
+
+# Aten calls that move no data: left out of the header's list of what still runs in PyTorch.
+METADATA_ONLY = frozenset(VIEWS) | {"aten.t.default", "aten.transpose.int", "aten.permute.default",
+                                    "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim"}
+
+
+def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
+    """The file's docstring for `plan`, compiled with `options`."""
+    graph = plan.graph
+    nodes = graph.by_name()
+    lib = [nodes[s] for s in plan.steps if s in nodes and nodes[s].op == "aten"]
+    library = [n for n in lib if n.target in LIBRARY]
+    other = [n for n in lib if n.target not in LIBRARY and n.target not in METADATA_ONLY]
+    lines = [f"torchweld: ModelNew for {problem_name}.", "", *_kernel_lines(plan)]
+    if library:
+        lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")
+        lines += [f"  {n.name} = {n.target}" for n in library]
+    if plan.gemm_sites:
+        lines.append("GEMM sites (`_tw_lt` times each way offered besides ours, the GEMM then its kernel, at the "
+                     "first call on each device,")
+        lines.append("and keeps the fastest where it is clearly faster than ours):")
+        lines += [f"  {k}: {describe_decision(decision)}" for k, decision in plan.gemm_sites.items()]
+    lines += fold_header(graph)
+    if plan.packed_weights:
+        lines.append("Packed weights (`_tw_pack`: cuBLAS runs the GEMM's NN form, faster than the TN form of a linear's")
+        lines.append("W.t(); the copy is made once per version of the weight and costs its memory once more):")
+        lines += [f"  {t} = {nodes[p].target}.t(), laid out (in, out)" for t, p in plan.packed_weights.items()]
+    if other:
+        lines.append("Still in PyTorch (not fused by this version; views, which move no data, not listed):")
+        lines += [f"  {n.name} = {n.target}" for n in other]
+    if options.precision is Precision.TF32:
+        lines += ["", "Precision: tf32 (asked for): cuBLAS (cuBLASLt too) and cuDNN may use TF32 matrix units for fp32 data;",
+                  "fused kernels compute in fp32 (fp16/bf16 data too)."]
+    else:
+        lines += ["", "Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled here."]
+    if plan.conv_sites:
+        lines.append("Layout: each convolution runs in NCHW or channels-last, cuDNN's heuristic or benchmarked "
+                     "algorithm, whichever was measured fastest at its first call (`_tw_conv`).")
+        both = [k.name for k in plan.kernels if plan.layouts.of(k)]
+        if both:
+            lines.append(f"A channels-last result is read as made (no copy back to NCHW) by {', '.join(both)}: "
+                         "each has a second build, `_cl`, for it.")
+    if plan.cuda_graph:
+        lines += ["CUDA graph (asked for): the fast path is captured at its first call and replayed: inputs are",
+                  "copied into the captured buffers and the output is cloned (each call returns a new tensor).",
+                  "Terms: parameters are read where they lived at capture (moving one, e.g. .to(), or changing",
+                  "one in place, e.g. load_state_dict, captures again); no other stream may use the captured",
+                  "buffers meanwhile."]
+    elif options.cuda_graph and plan.graph_blockers:
+        lines.append("CUDA graph: asked for but not used: " + "; ".join(plan.graph_blockers) + ".")
+    lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]
+    return '"""' + "\n".join(lines) + '\n"""'
+
+
+def _kernel_lines(plan: Plan) -> list[str]:
+    """How many ops were fused into how many kernels, then one line per kernel."""
+    graph = plan.graph
+    nodes = graph.by_name()
+    fused = sum(len(k.nodes) for k in plan.kernels)
+    reduce = [k for k in plan.kernels if k.kind == "reduce"]
+    pools = [k for k in plan.kernels if k.kind == "pool"]
+    convs = [k for k in plan.kernels if k.kind == "depthwise"]
+    n_reduce = sum(nodes[m].is_anchor for k in reduce for m in k.nodes)  # a row kernel may chain several
+    anchored = ([f"{n_reduce} reductions/norms"] if reduce else []) + ([f"{len(pools)} pools"] if pools else []) + (
+        [f"{len(convs)} depthwise convolution(s)"] if convs else [])
+    what = f"{fused} ops ({' and '.join(anchored)} with their pointwise neighbours)" if anchored else (
+        f"{fused} pointwise ops")
+    lines = [f"Fused: {what} into {len(plan.kernels)} CUDA kernel(s):"]
+    for k in plan.kernels:
+        ops = ", ".join(nodes[m].op for m in k.nodes)
+        if k.kind == "reduce":
+            lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, "
+                         f"{reduce_traffic(k, graph)})")
+        elif k.kind == "pool":
+            out = nodes[k.anchor].shape
+            lines.append(f"  {k.name}: {ops}  {tuple(k.shape)} -> {tuple(out)} (one thread per output, "
+                         f"{prod(out):,} outputs)")
+        elif k.kind == "depthwise":
+            taps = "x".join(map(str, nodes[nodes[k.anchor].args[1]].shape[2:]))
+            lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} outputs of a {taps} "
+                         "depthwise convolution; each input tile read once, the epilogue applied before the store)")
+        else:
+            lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
+    return lines

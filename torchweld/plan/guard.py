@@ -1,0 +1,65 @@
+"""What forward checks before it runs the kernels, and whether its fast path may be a CUDA graph."""
+from __future__ import annotations
+
+from torchweld.ir import Graph, Guard, Plan, Ref
+from torchweld.simplify.conv_fold import fold_source
+from torchweld.simplify.library_bias import VIEWS
+
+
+def guard(plan: Plan) -> Guard:
+    """The parameters the kernels read, those a kernel is built for the shape of, and the norms'
+    modes the captured graph depends on."""
+    nodes = plan.graph.by_name()
+    params = kernel_params(plan)
+    # NOTE: a depthwise kernel is built for its weight's shape (kernel size, channels): another one
+    # (a constructor given another kernel_size) takes the general path.
+    weights = {fold_source(w, nodes) or w for w in (nodes[k.anchor].args[1] for k in plan.kernels
+                                                    if k.kind == "depthwise")}
+    return Guard(params, tuple(p for p in params if p in weights), norm_modes(plan.graph))
+
+
+def kernel_params(plan: Plan) -> tuple[str, ...]:
+    """Each parameter a kernel reads, directly or through a view (a bias moved into the kernel), or
+    through a fold (the weight it was folded from)."""
+    nodes = plan.graph.by_name()
+    found = []
+    for k in plan.kernels:
+        for a in k.inputs:
+            n = nodes[a]
+            if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
+                n = nodes[n.args[0]]
+            if fold_source(n.name, nodes):  # NOTE: a folded tensor has its conv weight's dtype and device
+                n = nodes[fold_source(n.name, nodes)]
+            if n.op == "param" and n.name not in found:
+                found.append(n.name)
+    return tuple(found)
+
+
+def norm_modes(graph: Graph) -> tuple[tuple[str, bool], ...]:
+    """(module, training) for each batch norm whose mode the captured graph depends on."""
+    out = []
+    for n in graph.nodes:
+        if n.op != "param" or n.target.split(".")[-1] != "running_mean":
+            continue
+        readers = [m for m in graph.nodes if n.name in m.inputs()]
+        if not readers:
+            continue
+        readers += [r for m in readers if m.target == "aten.repeat.default"  # instance norm's repeated stats
+                    for r in graph.nodes if m.name in r.inputs()]
+        training = any(m.op in ("batch_norm", "instance_norm") or (m.target == "aten.native_batch_norm.default"
+                                                                  and bool(m.args[5])) for m in readers)
+        path = n.target.rsplit(".", 1)[0] if "." in n.target else ""
+        out.append((path, training))
+    return tuple(out)
+
+
+def graph_blockers(graph: Graph) -> tuple[str, ...]:
+    """Why the forward cannot be replayed as a CUDA graph (empty: it can)."""
+    why = []
+    if any(n.op == "aten" and n.target.split(".")[1].endswith("_") for n in graph.nodes):
+        why.append("it updates buffers in place (a replayed warm-up would update them again)")
+    if any(n.op == "batch_norm" for n in graph.nodes):
+        why.append("a training-mode batch norm updates its running statistics")
+    if not any(n.op == "input" and n.attr("value") is None for n in graph.nodes):
+        why.append("it takes no tensor input")
+    return tuple(why)
