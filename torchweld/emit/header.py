@@ -4,11 +4,10 @@ from __future__ import annotations
 from math import prod
 
 from torchweld.codegen import reduce_traffic
-from torchweld.ir import LIBRARY, Plan
+from torchweld.ir import LIBRARY, VIEWS, Plan
 from torchweld.options import Options, Precision
 from torchweld.plan.gemm_sites import describe_decision
 from torchweld.simplify.conv_fold import fold_header
-from torchweld.simplify.library_bias import VIEWS
 
 # Aten calls that move no data: left out of the header's list of what still runs in PyTorch.
 METADATA_ONLY = frozenset(VIEWS) | {"aten.t.default", "aten.transpose.int", "aten.permute.default",

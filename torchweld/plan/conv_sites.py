@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from torchweld.ir import Node, Plan
-from torchweld.plan.conv_layout import CONV, FORMATS, moved
+from torchweld.ir import CONVOLUTION, Node, Plan
+from torchweld.plan.conv_layout import FORMATS, moved
 
 
 def conv_sites(plan: Plan, layouts) -> dict[str, str | None]:
@@ -15,7 +15,7 @@ def conv_sites(plan: Plan, layouts) -> dict[str, str | None]:
     out = {}
     for step in plan.steps:
         n = nodes.get(step) if plan.kernel(step) is None else None
-        if n is not None and n.op == "aten" and n.target == CONV:
+        if n is not None and n.op == "aten" and n.target == CONVOLUTION:
             out[n.name] = None if n.name in layouts.keep else captured_format(n)
     return out
 

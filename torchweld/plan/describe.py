@@ -2,8 +2,7 @@
 decision the Plan records on how they run."""
 from __future__ import annotations
 
-from torchweld.ir import LIBRARY, Plan, format_node
-from torchweld.plan.conv_layout import CONV
+from torchweld.ir import CONVOLUTION, LIBRARY, Plan, format_node
 from torchweld.plan.gemm_sites import describe_decision
 
 
@@ -42,7 +41,7 @@ def decisions(plan: Plan) -> str:
     def param(name: str) -> str:
         return f"{name} ({nodes[name].target})" if nodes[name].op == "param" else name
 
-    convs = [n.name for n in plan.graph.nodes if n.op == "aten" and n.target == CONV]
+    convs = [n.name for n in plan.graph.nodes if n.op == "aten" and n.target == CONVOLUTION]
     sites = [f"{c}: site {i}; its output is handed on " + (
         "as made (channels-last where that ran fastest: its readers take either)" if fmt is None else
         "contiguous, as captured" if fmt == "contiguous_format" else f"{fmt}, as captured")

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from torchweld.simplify.library_bias import VIEWS
-from torchweld.ir import Node, Ref
+from torchweld.ir import VIEWS, Node, Ref
 
 ACTIVATIONS = {"relu": False, "gelu_tanh": True}  # fused op -> _addmm_activation's use_gelu
 DTYPES = ("float32", "float16", "bfloat16")

@@ -1,9 +1,8 @@
 """What forward checks before it runs the kernels, and whether its fast path may be a CUDA graph."""
 from __future__ import annotations
 
-from torchweld.ir import Graph, Guard, Plan, Ref
+from torchweld.ir import VIEWS, Graph, Guard, Plan, Ref
 from torchweld.simplify.conv_fold import fold_source
-from torchweld.simplify.library_bias import VIEWS
 
 
 def guard(plan: Plan) -> Guard:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.ir import LIBRARY, Kernel, Node, Plan, Ref
+from torchweld.ir import LIBRARY, VIEWS, Kernel, Node, Plan, Ref
 from torchweld.simplify.conv_fold import fold_source
-from torchweld.simplify.library_bias import VIEWS
 
 COPY = "aten.copy_.default"
 
