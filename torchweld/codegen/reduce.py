@@ -165,7 +165,7 @@ def _arg(a, ctype: str) -> str:
         return str(a)
     if a is None:
         return lit(float("inf"), ctype)
-    return lit(a, "bool" if isinstance(a, bool) else ctype)
+    return lit(a, "bool" if isinstance(a, bool) else ("double" if ctype == "double" else "float"))
 
 
 @dataclass(frozen=True)
