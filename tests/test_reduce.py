@@ -10,8 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import graphs, kernels
-from torchweld.codegen.kernel import module_source
-from torchweld.codegen.reduce import layout
+from torchweld.codegen import module_source
+from torchweld.tiling import layout
 from torchweld.interp import run_graph
 from torchweld.ir import Node, Ref, reduce_geometry
 from torchweld.pipeline import compile_problem

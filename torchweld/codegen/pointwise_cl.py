@@ -11,66 +11,22 @@ residual in NCHW), and writes `VS` outputs with one store.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from math import prod
 
-from torchweld.codegen.kernel import (ITEMSIZE, STORAGE, THREADS, _arg, _cname, _header, _params, compute_type,
-                                      index_expr, operands, own_strides, reach, vec_class)
-from torchweld.codegen.ops import cuda_expr
-from torchweld.tiling import pow2ceil
-from torchweld.ir import Kernel
-
-SMEM = 40 * 1024  # bytes of tiles a block may hold (the static limit is 48 KiB)
+from torchweld.codegen.common import (ITEMSIZE, STORAGE, THREADS, compute, compute_type, header, in_ptr, index_expr,
+                                      operands, params, reach, variant_name, vec_class)
+from torchweld.ir import Graph, Kernel
+from torchweld.tiling import ChannelsLastTile, channels_last_tile
 
 
-@dataclass(frozen=True)
-class Tiling:
-    O: int
-    C: int
-    P: int
-    tc: int  # channels a block owns
-    tp: int  # positions a block owns
-    vl: int  # elements a load of a staged operand (along C)
-    vs: int  # elements a store (along P)
-    staged: tuple[tuple[str, int, int], ...]  # (operand, stride of o, stride of a position); a channel's is 1
-
-    @property
-    def blocks(self) -> int:
-        return self.O * -(-self.C // self.tc) * -(-self.P // self.tp)
-
-
-def tiling(k: Kernel, graph, alt: dict[str, tuple]) -> Tiling | None:
-    """How `k` runs with the operands in `alt` at those strides; None where one of them is not laid
-    out channel-innermost over the whole [C, P] of the kernel (the wrapper then converts it)."""
-    nodes = graph.by_name()
-    shape = tuple(k.shape)
-    if k.kind != "pointwise" or len(shape) < 3 or not alt:
+def variant_aligned(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> list[tuple[str, int]] | None:
+    """(operand, bytes) the vector build of `<kernel>_cl` needs aligned; None: it has no vector build."""
+    if k.kind != "pointwise":
         return None
-    O, C, P = shape[0], shape[1], prod(shape[2:])
-    vec = max(1, 16 // max(ITEMSIZE[nodes[o].dtype] for o in k.outputs))
-    live = [d for d in range(2, len(shape)) if shape[d] != 1]
-    if C == 1 or not live:
+    t = channels_last_tile(k, graph, strides)
+    if max(t.vl, t.vs) == 1:
         return None
-    staged, vl = [], vec if C % vec == 0 else 1
-    for a, stride in alt.items():
-        n = nodes[a]
-        if len(n.shape) != len(shape) or tuple(n.shape[1:]) != shape[1:]:
-            return None
-        own = own_strides(tuple(n.shape), tuple(stride))
-        if own[1] != 1 or any(own[d] != own[e] * shape[e] for d, e in zip(live, live[1:])):
-            return None
-        staged.append((a, own[0], own[live[-1]]))
-        if own[0] % vec or own[live[-1]] % vec:
-            vl = 1
-    tc = min(32, pow2ceil(C))
-    tp = min(THREADS * 4 // tc, max(32, pow2ceil(P)))
-    if len(staged) * tc * (tp + 1) * 8 > SMEM:
-        return None
-    return Tiling(O, C, P, tc, tp, vl, vec if P % vec == 0 else 1, tuple(staged))
-
-
-def aligned(k: Kernel, graph, t: Tiling) -> list[tuple[str, int]]:
-    """(operand, bytes) each pointer must be aligned to for the vector build (none: no vector build)."""
     nodes = graph.by_name()
     staged = [a for a, _, _ in t.staged]
     out = [(a, ITEMSIZE[nodes[a].dtype] * t.vl) for a in staged if t.vl > 1]
@@ -79,32 +35,32 @@ def aligned(k: Kernel, graph, t: Tiling) -> list[tuple[str, int]]:
     return out
 
 
-def tiled_source(k: Kernel, graph, alt: dict[str, tuple], name: str) -> str:
-    """The builds of `k` for the operands in `alt` at those strides, and launcher `tw_launch_<name>`."""
+def pointwise_cl_source(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> str:
+    """The builds of `<kernel>_cl` for the operands in `strides` at those strides, and its launcher."""
     nodes = graph.by_name()
-    t = tiling(k, graph, alt)
+    name = variant_name(k)
+    t = channels_last_tile(k, graph, strides)
     ops = operands(k, graph)
-    big = max([prod(k.shape)] + [reach(nodes[o.name]) for o in ops] + [reach(nodes[a], s) for a, s in alt.items()])
+    big = max([prod(k.shape)] + [reach(nodes[o.name]) for o in ops] + [reach(nodes[a], s) for a, s in strides.items()])
     itype = "u" if big < 2**31 else "ull"
     it = "unsigned int" if itype == "u" else "unsigned long long"
     builds = sorted({(1, 1), (t.vl, t.vs)})
     body = [_build(k, nodes, ops, t, vl, vs, f"{name}_v{max(vl, vs)}", itype, it) for vl, vs in builds]
-    casts = [f"(const {STORAGE[o.dtype]}*){_cname(o.name)}" for o in ops] + [
-        f"({STORAGE[nodes[o].dtype]}*)out_{o}" for o in k.outputs]
-    ptrs = [f"const void* {_cname(o.name)}" for o in ops] + [f"void* out_{o}" for o in k.outputs]
-    launch = [f'extern "C" int tw_launch_{name}({", ".join(ptrs + ["int vec", "void* stream"])}) {{',
+    _, ptrs, casts = params(k, nodes)
+    launch = [f'extern "C" int tw_launch_{name}({ptrs}, int vec, void* stream) {{',
               "  cudaStream_t s = (cudaStream_t)stream;"]
-    calls = [f"{name}_v{max(vl, vs)}<<<{t.blocks}u, {THREADS}, 0, s>>>({', '.join(casts)});" for vl, vs in builds]
+    calls = [f"{name}_v{max(vl, vs)}<<<{t.blocks}u, {THREADS}, 0, s>>>({casts});" for vl, vs in builds]
     launch += [f"  if (vec) {calls[1]}", f"  else {calls[0]}"] if len(calls) > 1 else ["  (void)vec;", f"  {calls[0]}"]
     launch += ["  return (int)cudaGetLastError();", "}\n"]
-    head = _header(k, nodes).replace(f"// {k.name}:", f"// {name}: the channels-last build of {k.name};", 1)
+    head = header(replace(k, name=name), nodes,
+                  f"the channels-last build of {k.name}; fuses {len(k.nodes)} ops over {tuple(k.shape)}")
     return head + "\n".join(body) + "\n".join(launch)
 
 
-def _build(k: Kernel, nodes, ops, t: Tiling, vl: int, vs: int, fname: str, itype: str, it: str) -> str:
+def _build(k: Kernel, nodes, ops, t: ChannelsLastTile, vl: int, vs: int, fname: str, itype: str, it: str) -> str:
     staged = {a: (so, sp) for a, so, sp in t.staged}
     np_, nc = -(-t.P // t.tp), -(-t.C // t.tc)
-    L = [f"__global__ void __launch_bounds__({THREADS}) {fname}({_params(k, nodes, ops)}) {{"]
+    L = [f"__global__ void __launch_bounds__({THREADS}) {fname}({params(k, nodes)[0]}) {{"]
     L += [f"  __shared__ {compute_type(nodes[a].dtype)} s_{a}[{t.tc}][{t.tp + 1}];" for a in staged]
     L += [f"  const {it} q_p = ({it})(blockIdx.x % {np_}u) * {t.tp}{itype};",
           f"  const {it} q_c = ({it})((blockIdx.x / {np_}u) % {nc}u) * {t.tc}{itype};",
@@ -120,10 +76,10 @@ def _build(k: Kernel, nodes, ops, t: Tiling, vl: int, vs: int, fname: str, itype
         at = " + ".join(([f"q_o * {so}{itype}"] if so else []) + ["c"] + [f"p * {sp}{itype}" if sp != 1 else "p"])
         s = STORAGE[nodes[a].dtype]
         if vl > 1:
-            L += [f"      const tw_vec<{s}, {vl}> r_{a} = *reinterpret_cast<const tw_vec<{s}, {vl}>*>({_cname(a)} + {at});",
+            L += [f"      const tw_vec<{s}, {vl}> r_{a} = *reinterpret_cast<const tw_vec<{s}, {vl}>*>({in_ptr(a)} + {at});",
                   "#pragma unroll", f"      for (int j = 0; j < {vl}; ++j) s_{a}[cl + j][pl] = tw_ld(r_{a}.v[j]);"]
         else:
-            L.append(f"      s_{a}[cl][pl] = tw_ld({_cname(a)}[{at}]);")
+            L.append(f"      s_{a}[cl][pl] = tw_ld({in_ptr(a)}[{at}]);")
     L += ["    }", "  }", "  __syncthreads();", "  // 2. outputs, position fastest"]
     per = t.tp // vs
     passes = -(-per * t.tc // THREADS)
@@ -134,7 +90,7 @@ def _build(k: Kernel, nodes, ops, t: Tiling, vl: int, vs: int, fname: str, itype
           f"      const {it} i0 = (q_o * {t.C}{itype} + c) * {t.P}{itype} + p0;"]
     classes = {o.name: "staged" if o.name in staged else vec_class(o, vs) if vs > 1 else "gather" for o in ops}
     for o in ops:
-        s, cls, c = STORAGE[o.dtype], classes[o.name], _cname(o.name)
+        s, cls, c = STORAGE[o.dtype], classes[o.name], in_ptr(o.name)
         if cls in ("full", "contig"):
             at = "i0" if cls == "full" else index_expr(o.dims, "i0", itype)
             L.append(f"      const tw_vec<{s}, {vs}> r_{o.name} = *reinterpret_cast<const tw_vec<{s}, {vs}>*>({c} + {at});")
@@ -146,12 +102,9 @@ def _build(k: Kernel, nodes, ops, t: Tiling, vl: int, vs: int, fname: str, itype
     for o in ops:
         ld = {"staged": f"s_{o.name}[cl][pl + j]", "full": f"tw_ld(r_{o.name}.v[j])",
               "contig": f"tw_ld(r_{o.name}.v[j])", "uniform": f"r_{o.name}",
-              "gather": f"tw_ld({_cname(o.name)}[{index_expr(o.dims, 'i', itype)}])"}[classes[o.name]]
+              "gather": f"tw_ld({in_ptr(o.name)}[{index_expr(o.dims, 'i', itype)}])"}[classes[o.name]]
         L.append(f"        const auto {o.name} = {ld};")
-    for m in k.nodes:
-        node = nodes[m]
-        ctype = compute_type(node.dtype)
-        L.append(f"        const {ctype} {m} = {cuda_expr(node, [_arg(a, ctype, nodes) for a in node.args], ctype)};")
+    L += ["        " + compute(nodes[m]) for m in k.nodes]
     L += [f"        w_{out}.v[j] = tw_st<{STORAGE[nodes[out].dtype]}>({out});" for out in k.outputs]
     L.append("      }")
     L += [f"      *reinterpret_cast<tw_vec<{STORAGE[nodes[out].dtype]}, {vs}>*>(out_{out} + i0) = w_{out};"
