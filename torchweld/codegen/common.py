@@ -10,7 +10,8 @@ from pathlib import Path
 
 from torchweld.codegen.ops import cuda_expr, lit
 from torchweld.ir import Graph, Kernel, Node, Ref, ancestors_in, format_node
-from torchweld.tiling import ITEMSIZE, THREADS, contiguous_strides, own_strides  # noqa: F401  (kind modules take them from here)
+# NOTE: kind modules take these from here too
+from torchweld.tiling import ITEMSIZE, THREADS, contiguous_strides, own_strides  # noqa: F401
 
 STORAGE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double", "bool": "bool",
            "int64": "long long"}

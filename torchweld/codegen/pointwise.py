@@ -21,11 +21,7 @@ def vector_width(kernel: Kernel, graph: Graph) -> int:
     return vec if prod(kernel.shape) % vec == 0 else 1
 
 
-def pointwise_header(kernel: Kernel, nodes) -> str:
-    return header(kernel, nodes, f"fuses {len(kernel.nodes)} ops over {tuple(kernel.shape)}")
-
-
-def pointwise_source(kernel: Kernel, graph: Graph) -> str:
+def source(kernel: Kernel, graph: Graph) -> str:
     """Both builds of one kernel and its `extern "C"` launcher."""
     nodes = graph.by_name()
     ops = operands(kernel, graph)
@@ -34,7 +30,8 @@ def pointwise_source(kernel: Kernel, graph: Graph) -> str:
     itype = "u" if max([n] + [reach(nodes[o.name]) for o in ops]) < 2**31 else "ull"  # NOTE: a slice reads past n
     ctype_i = "unsigned int" if itype == "u" else "unsigned long long"
     body = [_kernel(kernel, nodes, ops, v, n, itype, ctype_i) for v in sorted({1, vec})]
-    return pointwise_header(kernel, nodes) + "\n".join(body) + _launcher(kernel, nodes, vec, n)
+    head = header(kernel, nodes, f"fuses {len(kernel.nodes)} ops over {tuple(kernel.shape)}")
+    return head + "\n".join(body) + _launcher(kernel, nodes, vec, n)
 
 
 def _kernel(kernel, nodes, ops, vec, n, itype, ctype_i) -> str:

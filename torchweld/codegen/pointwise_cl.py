@@ -35,7 +35,7 @@ def variant_aligned(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> list[
     return out
 
 
-def pointwise_cl_source(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> str:
+def source(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> str:
     """The builds of `<kernel>_cl` for the operands in `strides` at those strides, and its launcher."""
     nodes = graph.by_name()
     name = variant_name(k)

@@ -41,11 +41,10 @@ class ReduceCode:
         self.itype = "ull" if prod(k.shape) >= 2**31 else "u"
         self.IT = "unsigned long long" if self.itype == "ull" else "unsigned int"
         self.fullsize = [i for i in k.inputs if tuple(nodes[i].shape) == tuple(k.shape) and is_contiguous(nodes[i])]
-        self.L = self.choose_layout()
-        lay = self.L
-        self.pw = PointwiseLines(k, nodes, self.itype, frozenset(self.fullsize) if lay.rm else frozenset())
+        self.L = L = self.choose_layout()
+        self.pw = PointwiseLines(k, nodes, self.itype, frozenset(self.fullsize) if L.rm else frozenset())
         self.stats = Stats(a, self.R)
-        self.block_args = f"{lay.nt}, {lay.tx}, {lay.ty}, {'true' if lay.rm else 'false'}"
+        self.block_args = f"{L.nt}, {L.tx}, {L.ty}, {'true' if L.rm else 'false'}"
         self.nout = self.O * self.I
         tracked = a.op == "instance_norm" and isinstance(a.args[3], Ref)
         self.mutable = (a.args[3], a.args[4]) if tracked else ()
@@ -271,7 +270,7 @@ class ReduceCode:
         lines = [f'extern "C" int tw_launch_{self.k.name}({lparams}, int vec, void* stream) {{',
                  "  cudaStream_t st = (cudaStream_t)stream;", "  (void)vec;"]
 
-        def go(name: str, blocks: int, nt: int, templated: bool = True) -> None:
+        def call(name: str, blocks: int, nt: int, templated: bool = True) -> None:
             if not templated:
                 lines.append(f"  {name}<<<{blocks}u, {nt}, 0, st>>>({casts});")
             elif L.vec > 1:
@@ -281,13 +280,13 @@ class ReduceCode:
                 lines.append(f"  {name}<1><<<{blocks}u, {nt}, 0, st>>>({casts});")
 
         if L.split == 1:
-            go(self.k.name, L.blocks, L.nt)
+            call(self.k.name, L.blocks, L.nt)
         else:
-            go(self.k.name + "_part", L.blocks, L.nt)
+            call(self.k.name + "_part", L.blocks, L.nt)
             if self.full or self.rows:
-                go(self.k.name + "_fin", L.blocks, L.nt)
+                call(self.k.name + "_fin", L.blocks, L.nt)
             else:
-                go(self.k.name + "_fin", -(-self.nout // 8), 256, templated=False)
+                call(self.k.name + "_fin", -(-self.nout // 8), 256, templated=False)
         lines += ["  return (int)cudaGetLastError();", "}", ""]
         return "\n".join(kernels + lines)
 

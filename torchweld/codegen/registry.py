@@ -33,7 +33,7 @@ class Kind:
 BLOCK_REDUCE = ("block_reduce.cuh",)
 # NOTE: the scan does not call the block reductions, but every file with a reduce kernel has carried them.
 KINDS: dict[str, Kind] = {
-    "pointwise": Kind(pointwise.pointwise_source, channels_last=pointwise_cl.pointwise_cl_source),
+    "pointwise": Kind(pointwise.source, channels_last=pointwise_cl.source),
     "reduce": Kind(reduce.source, reduce.launch, reduce.traffic, BLOCK_REDUCE),
     "rows": Kind(reduce_rows.source, reduce_rows.launch, reduce_rows.traffic, BLOCK_REDUCE),
     "batch_norm": Kind(batchnorm.source, traffic=batchnorm.traffic, preludes=BLOCK_REDUCE),
@@ -61,7 +61,8 @@ def module_source(kernels: list[Kernel], graph: Graph, layouts=None) -> str:
     nodes = graph.by_name()
     kinds = [KINDS[kind_of(k, nodes)] for k in kernels]
     lowp = any(n.dtype in ("float16", "bfloat16") for n in graph.nodes)
-    text = prelude(lowp) + "".join("\n" + cuh(name) for name in dict.fromkeys(p for kind in kinds for p in kind.preludes))
+    preludes = dict.fromkeys(name for kind in kinds for name in kind.preludes)  # once each, in the order kernels first need them
+    text = prelude(lowp) + "".join("\n" + cuh(name) for name in preludes)
     parts = []
     for k, kind in zip(kernels, kinds):
         parts.append(kind.source(k, graph))
