@@ -159,3 +159,15 @@ def test_cuh_files_are_package_data_and_free_of_pytorch():
     assert files and all(any(fnmatch(f"cuh/{f.name}", pat) for pat in patterns) for f in files)
     includes = [line for f in files for line in f.read_text().splitlines() if line.startswith("#include")]
     assert includes and not [i for i in includes if any(w in i for w in ("torch", "ATen", "c10"))]
+
+
+def test_launch_says_what_a_pointwise_wrapper_tests():
+    """A full-size operand is read 16 bytes at a time (its pointer must be aligned); a broadcast bias is not."""
+    from torchweld.codegen import kernel_launch, reduce_launch
+
+    p = kernels(lambda s, x: torch.relu(x + s.b), torch.randn(4, 8, 16), b=torch.randn(8, 1))
+    (k,) = p.kernels
+    launch = kernel_launch(k, p.graph)
+    assert launch.workspace == 0 and launch.vec == 4
+    assert dict(launch.aligned) == {"x0": 16}
+    assert reduce_launch is kernel_launch

@@ -260,7 +260,7 @@ def tiling(g: Geometry) -> Tiling | None:
 
 # --- channels-last builds -----------------------------------------------------------------------
 # A kernel that reads a convolution's output run channels-last may have a second build for those
-# strides (codegen/pointwise_cl.py, and pool_source with the strides): the plan keeps such a
+# strides (codegen/pointwise_cl.py, and pool.channels_last): the plan keeps such a
 # convolution's output as made only where every kernel reading it has one (plan/conv_layout.py).
 CL_SMEM = 40 * 1024  # bytes of tiles a channels-last pointwise block may hold (the static limit is 48 KiB)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.codegen.common import (ITEMSIZE, STORAGE, THREADS, compute, header, in_ptr, index_expr, operands,
-                                      params, reach, vec_class)
+from torchweld.codegen.common import (ITEMSIZE, STORAGE, THREADS, Launch, compute, header, in_ptr, index_expr,
+                                      operands, params, reach, vec_class)
 from torchweld.ir import Graph, Kernel
 
 
@@ -19,6 +19,13 @@ def vector_width(kernel: Kernel, graph: Graph) -> int:
     width = max(ITEMSIZE[nodes[o].dtype] for o in kernel.outputs)
     vec = max(1, 16 // width)
     return vec if prod(kernel.shape) % vec == 0 else 1
+
+
+def launch(kernel: Kernel, graph: Graph) -> Launch:
+    """The vector build's width, and the operands it reads 16 bytes at a time (which must be aligned)."""
+    vec = vector_width(kernel, graph)
+    wide = [o for o in operands(kernel, graph) if vec > 1 and vec_class(o, vec) in ("full", "contig")]
+    return Launch(0, vec, tuple((o.name, ITEMSIZE[o.dtype] * vec) for o in wide))
 
 
 def source(kernel: Kernel, graph: Graph) -> str:

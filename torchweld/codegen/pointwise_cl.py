@@ -59,55 +59,55 @@ def source(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> str:
 
 def _build(k: Kernel, nodes, ops, t: ChannelsLastTile, vl: int, vs: int, fname: str, itype: str, it: str) -> str:
     staged = {a: (so, sp) for a, so, sp in t.staged}
-    np_, nc = -(-t.P // t.tp), -(-t.C // t.tc)
-    L = [f"__global__ void __launch_bounds__({THREADS}) {fname}({params(k, nodes)[0]}) {{"]
-    L += [f"  __shared__ {compute_type(nodes[a].dtype)} s_{a}[{t.tc}][{t.tp + 1}];" for a in staged]
-    L += [f"  const {it} q_p = ({it})(blockIdx.x % {np_}u) * {t.tp}{itype};",
-          f"  const {it} q_c = ({it})((blockIdx.x / {np_}u) % {nc}u) * {t.tc}{itype};",
-          f"  const {it} q_o = ({it})(blockIdx.x / {np_ * nc}u);",
-          "  // 1. staged operands, channel fastest"]
+    p_tiles, c_tiles = -(-t.P // t.tp), -(-t.C // t.tc)
+    lines = [f"__global__ void __launch_bounds__({THREADS}) {fname}({params(k, nodes)[0]}) {{"]
+    lines += [f"  __shared__ {compute_type(nodes[a].dtype)} s_{a}[{t.tc}][{t.tp + 1}];" for a in staged]
+    lines += [f"  const {it} q_p = ({it})(blockIdx.x % {p_tiles}u) * {t.tp}{itype};",
+              f"  const {it} q_c = ({it})((blockIdx.x / {p_tiles}u) % {c_tiles}u) * {t.tc}{itype};",
+              f"  const {it} q_o = ({it})(blockIdx.x / {p_tiles * c_tiles}u);",
+              "  // 1. staged operands, channel fastest"]
     per = t.tc // vl
     passes = -(-per * t.tp // THREADS)
-    L += ["#pragma unroll", f"  for (int r = 0; r < {passes}; ++r) {{",
-          f"    const int e = r * {THREADS} + (int)threadIdx.x, cl = (e % {per}){f' * {vl}' if vl > 1 else ''}, pl = e / {per};",
-          f"    const {it} c = q_c + cl, p = q_p + pl;",
-          f"    if ({'pl < ' + str(t.tp) + ' && ' if passes * THREADS > per * t.tp else ''}c < {t.C}{itype} && p < {t.P}{itype}) {{"]
+    lines += ["#pragma unroll", f"  for (int r = 0; r < {passes}; ++r) {{",
+              f"    const int e = r * {THREADS} + (int)threadIdx.x, cl = (e % {per}){f' * {vl}' if vl > 1 else ''}, pl = e / {per};",
+              f"    const {it} c = q_c + cl, p = q_p + pl;",
+              f"    if ({'pl < ' + str(t.tp) + ' && ' if passes * THREADS > per * t.tp else ''}c < {t.C}{itype} && p < {t.P}{itype}) {{"]
     for a, (so, sp) in staged.items():
         at = " + ".join(([f"q_o * {so}{itype}"] if so else []) + ["c"] + [f"p * {sp}{itype}" if sp != 1 else "p"])
         s = STORAGE[nodes[a].dtype]
         if vl > 1:
-            L += [f"      const tw_vec<{s}, {vl}> r_{a} = *reinterpret_cast<const tw_vec<{s}, {vl}>*>({in_ptr(a)} + {at});",
-                  "#pragma unroll", f"      for (int j = 0; j < {vl}; ++j) s_{a}[cl + j][pl] = tw_ld(r_{a}.v[j]);"]
+            lines += [f"      const tw_vec<{s}, {vl}> r_{a} = *reinterpret_cast<const tw_vec<{s}, {vl}>*>({in_ptr(a)} + {at});",
+                      "#pragma unroll", f"      for (int j = 0; j < {vl}; ++j) s_{a}[cl + j][pl] = tw_ld(r_{a}.v[j]);"]
         else:
-            L.append(f"      s_{a}[cl][pl] = tw_ld({in_ptr(a)}[{at}]);")
-    L += ["    }", "  }", "  __syncthreads();", "  // 2. outputs, position fastest"]
+            lines.append(f"      s_{a}[cl][pl] = tw_ld({in_ptr(a)}[{at}]);")
+    lines += ["    }", "  }", "  __syncthreads();", "  // 2. outputs, position fastest"]
     per = t.tp // vs
     passes = -(-per * t.tc // THREADS)
-    L += ["#pragma unroll", f"  for (int r = 0; r < {passes}; ++r) {{",
-          f"    const int e = r * {THREADS} + (int)threadIdx.x, pl = (e % {per}){f' * {vs}' if vs > 1 else ''}, cl = e / {per};",
-          f"    const {it} c = q_c + cl, p0 = q_p + pl;",
-          f"    if ({'cl < ' + str(t.tc) + ' && ' if passes * THREADS > per * t.tc else ''}c < {t.C}{itype} && p0 < {t.P}{itype}) {{",
-          f"      const {it} i0 = (q_o * {t.C}{itype} + c) * {t.P}{itype} + p0;"]
+    lines += ["#pragma unroll", f"  for (int r = 0; r < {passes}; ++r) {{",
+              f"    const int e = r * {THREADS} + (int)threadIdx.x, pl = (e % {per}){f' * {vs}' if vs > 1 else ''}, cl = e / {per};",
+              f"    const {it} c = q_c + cl, p0 = q_p + pl;",
+              f"    if ({'cl < ' + str(t.tc) + ' && ' if passes * THREADS > per * t.tc else ''}c < {t.C}{itype} && p0 < {t.P}{itype}) {{",
+              f"      const {it} i0 = (q_o * {t.C}{itype} + c) * {t.P}{itype} + p0;"]
     classes = {o.name: "staged" if o.name in staged else vec_class(o, vs) if vs > 1 else "gather" for o in ops}
     for o in ops:
         s, cls, c = STORAGE[o.dtype], classes[o.name], in_ptr(o.name)
         if cls in ("full", "contig"):
             at = "i0" if cls == "full" else index_expr(o.dims, "i0", itype)
-            L.append(f"      const tw_vec<{s}, {vs}> r_{o.name} = *reinterpret_cast<const tw_vec<{s}, {vs}>*>({c} + {at});")
+            lines.append(f"      const tw_vec<{s}, {vs}> r_{o.name} = *reinterpret_cast<const tw_vec<{s}, {vs}>*>({c} + {at});")
         elif cls == "uniform":
-            L.append(f"      const auto r_{o.name} = tw_ld({c}[{index_expr(o.dims, 'i0', itype)}]);")
-    L += [f"      tw_vec<{STORAGE[nodes[out].dtype]}, {vs}> w_{out};" for out in k.outputs]
-    L += ["#pragma unroll", f"      for (int j = 0; j < {vs}; ++j) {{",
-          f"        const {it} i = i0 + j;" if "gather" in classes.values() else "        (void)0;"]
+            lines.append(f"      const auto r_{o.name} = tw_ld({c}[{index_expr(o.dims, 'i0', itype)}]);")
+    lines += [f"      tw_vec<{STORAGE[nodes[out].dtype]}, {vs}> w_{out};" for out in k.outputs]
+    lines += ["#pragma unroll", f"      for (int j = 0; j < {vs}; ++j) {{",
+              f"        const {it} i = i0 + j;" if "gather" in classes.values() else "        (void)0;"]
     for o in ops:
         ld = {"staged": f"s_{o.name}[cl][pl + j]", "full": f"tw_ld(r_{o.name}.v[j])",
               "contig": f"tw_ld(r_{o.name}.v[j])", "uniform": f"r_{o.name}",
               "gather": f"tw_ld({in_ptr(o.name)}[{index_expr(o.dims, 'i', itype)}])"}[classes[o.name]]
-        L.append(f"        const auto {o.name} = {ld};")
-    L += ["        " + compute(nodes[m]) for m in k.nodes]
-    L += [f"        w_{out}.v[j] = tw_st<{STORAGE[nodes[out].dtype]}>({out});" for out in k.outputs]
-    L.append("      }")
-    L += [f"      *reinterpret_cast<tw_vec<{STORAGE[nodes[out].dtype]}, {vs}>*>(out_{out} + i0) = w_{out};"
-          for out in k.outputs]
-    L += ["    }", "  }", "}\n"]
-    return "\n".join(L)
+        lines.append(f"        const auto {o.name} = {ld};")
+    lines += ["        " + compute(nodes[m]) for m in k.nodes]
+    lines += [f"        w_{out}.v[j] = tw_st<{STORAGE[nodes[out].dtype]}>({out});" for out in k.outputs]
+    lines.append("      }")
+    lines += [f"      *reinterpret_cast<tw_vec<{STORAGE[nodes[out].dtype]}, {vs}>*>(out_{out} + i0) = w_{out};"
+              for out in k.outputs]
+    lines += ["    }", "  }", "}\n"]
+    return "\n".join(lines)

@@ -33,7 +33,7 @@ class Kind:
 BLOCK_REDUCE = ("block_reduce.cuh",)
 # NOTE: the scan does not call the block reductions, but every file with a reduce kernel has carried them.
 KINDS: dict[str, Kind] = {
-    "pointwise": Kind(pointwise.source, channels_last=pointwise_cl.source),
+    "pointwise": Kind(pointwise.source, pointwise.launch, channels_last=pointwise_cl.source),
     "reduce": Kind(reduce.source, reduce.launch, reduce.traffic, BLOCK_REDUCE),
     "rows": Kind(reduce_rows.source, reduce_rows.launch, reduce_rows.traffic, BLOCK_REDUCE),
     "batch_norm": Kind(batchnorm.source, traffic=batchnorm.traffic, preludes=BLOCK_REDUCE),
@@ -72,14 +72,15 @@ def module_source(kernels: list[Kernel], graph: Graph, layouts=None) -> str:
     return text + "\n" + "\n".join(parts)
 
 
-def reduce_launch(k: Kernel, graph: Graph) -> Launch:
-    """The workspace and vector alignment a reduce kernel's wrapper must provide."""
+def kernel_launch(k: Kernel, graph: Graph) -> Launch:
+    """What `k`'s Python wrapper must provide: a workspace, and the pointers its vector build needs aligned."""
     return KINDS[kind_of(k, graph.by_name())].launch(k, graph)
 
 
-def reduce_traffic(k: Kernel, graph: Graph) -> str:
-    """How a reduce kernel reads its input, for the emitted file's header."""
-    return KINDS[kind_of(k, graph.by_name())].traffic(k, graph)
+def kernel_traffic(k: Kernel, graph: Graph) -> str | None:
+    """How `k` reads memory, for the emitted file's header (None: its kind says nothing)."""
+    traffic = KINDS[kind_of(k, graph.by_name())].traffic
+    return traffic(k, graph) if traffic else None
 
 
 def generator(k: Kernel, nodes) -> ReduceCode:
