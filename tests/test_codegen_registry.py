@@ -171,3 +171,13 @@ def test_launch_says_what_a_pointwise_wrapper_tests():
     assert launch.workspace == 0 and launch.vec == 4
     assert dict(launch.aligned) == {"x0": 16}
     assert reduce_launch is kernel_launch
+
+
+def test_kinds_with_a_channels_last_build_are_those_the_plan_lets_run_channels_last():
+    """plan/conv_layout.takes_channels_last answers for pointwise and pool kernels only: the kinds with a `_cl` build."""
+    from torchweld.plan.conv_layout import takes_channels_last
+
+    assert {name for name, kind in KINDS.items() if kind.channels_last} == {"pointwise", "pool"}
+    p = kernels(lambda s, x: torch.softmax(x, dim=1), torch.randn(2, 4, 6, 6))
+    (k,) = p.kernels
+    assert not takes_channels_last(k, p.graph, {k.inputs[0]: (144, 1, 24, 4)})
