@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from torchweld.codegen.depthwise import depthwise_parts
-from torchweld.codegen.kernel import LOWP_PRELUDE, PRELUDE, STORAGE
+from torchweld.codegen.common import LOWP_PRELUDE, PRELUDE, STORAGE
 from torchweld.interp import run_graph
 from torchweld.ir import Plan
 

@@ -1,5 +1,5 @@
 """Convolution outputs that stay channels-last: which sites hand their output on as cuDNN made it
-(conv_layout.py), the `_cl` builds of the kernels reading them (codegen/tiled.py, variants.py), and
+(conv_layout.py), the `_cl` builds of the kernels reading them (codegen/pointwise_cl.py, pool.py), and
 those builds run on the CPU emulator against eager in both layouts, vector and scalar, with odd
 channel counts, misaligned slices, and operands of strides no build was made for."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from cuda_emu import GXX, emulated_model, force_conv_layout, write_problem
 from helpers import kernels
-from torchweld.codegen.tiled import tiling
+from torchweld.tiling import channels_last_tile
 from torchweld.plan.conv_layout import conv_layouts
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_problem
@@ -97,7 +97,7 @@ def test_tiling_vector_widths():
         fn = (lambda m, x: F.glu(F.conv2d(x, m.w), dim=1)) if glu else (lambda m, x: torch.relu(F.conv2d(x, m.w)))
         plan = kernels(fn, x, w=w)
         (k,) = plan.kernels
-        return tiling(k, plan.graph, conv_layouts(plan).of(k))
+        return channels_last_tile(k, plan.graph, conv_layouts(plan).of(k))
 
     t = tile(12, (10, 10))
     assert (t.C, t.P, t.tc, t.tp, t.vl, t.vs) == (12, 64, 16, 64, 4, 4)
@@ -311,7 +311,7 @@ def test_bf16_epilogue_on_the_emulator(tmp_path):
     models = _models(write_problem(tmp_path, "bf16", BF16), tmp_path)
     plan = models[2].plan
     (k,) = plan.kernels
-    t = tiling(k, plan.graph, conv_layouts(plan).of(k))
+    t = channels_last_tile(k, plan.graph, conv_layouts(plan).of(k))
     assert (t.vl, t.vs) == (8, 8)
     torch.manual_seed(4)
     x = torch.randn(2, 3, 8, 6, dtype=torch.bfloat16)

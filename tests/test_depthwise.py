@@ -14,7 +14,7 @@ from dw_host import GXX, SENTINEL, run_on_host
 from helpers import Fn, kernels
 from torchweld.capture import capture
 from torchweld.tiling import SMEM_BUDGET, Geometry, tiling
-from torchweld.codegen.kernel import module_source
+from torchweld.codegen import module_source
 from torchweld.pipeline import compile_problem
 from torchweld.plan import describe, plan
 from torchweld.problem import load_problem

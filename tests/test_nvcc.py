@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from torchweld.codegen.kernel import module_source
+from torchweld.codegen import module_source
 from torchweld.plan.conv_layout import conv_layouts
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_problem

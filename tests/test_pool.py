@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from helpers import graphs, kernels
 from torchweld.capture import capture
-from torchweld.codegen.kernel import module_source
+from torchweld.codegen import module_source
 from torchweld.codegen.pool import Geometry, memory_order
 from torchweld.emit import emit
 from torchweld.interp import run_graph

@@ -10,8 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import graphs, kernels
-from torchweld.codegen.kernel import module_source
-from torchweld.codegen.reduce import layout
+from torchweld.codegen import module_source
+from torchweld.tiling import layout
 from torchweld.interp import run_graph
 from torchweld.ir import Node, Ref, reduce_geometry
 from torchweld.pipeline import compile_problem
@@ -193,3 +193,10 @@ def test_batch_norm_with_little_hw_puts_channels_side_by_side():
     result = compile_problem(load_problem(ROOT / "problems" / "norm" / "linear_batchnorm1d_train_tanh.py"))
     cu = module_source(list(result.plan.kernels), result.plan.graph)
     assert "tw_block_reduce<0, 256, 32, 8, false>" in cu and "const bool live = c < 1024u;" in cu
+
+
+def test_comparison_in_a_prologue_compares_with_the_constant():
+    """`(x > 0.5).float().sum(-1)`: the comparison's result is bool, its constant stays a float."""
+    p = kernels(lambda s, x: (x > 0.5).float().sum(-1), torch.randn(8, 64))
+    cu = module_source(list(p.kernels), p.graph)
+    assert "const bool v1 = (x0 > 0.5f);" in cu and "> true" not in cu

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cuda_emu import GXX, emulated_model, write_problem
-from torchweld.codegen.reduce import generator
+from torchweld.codegen.registry import generator
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
 

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from helpers import graphs, kernels
-from torchweld.codegen.kernel import module_source
-from torchweld.codegen.reduce import generator
+from torchweld.codegen import module_source
+from torchweld.codegen.registry import generator
 from torchweld.interp import run_graph
 from torchweld.ir import LIBRARY
 from torchweld.pipeline import compile_problem

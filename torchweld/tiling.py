@@ -1,15 +1,60 @@
-"""Tile and launch arithmetic that more than one stage decides with: pure functions of shapes.
+"""Tile, stride and launch arithmetic that more than one stage decides with: pure functions of shapes.
 
 Capture asks whether a depthwise convolution has a tiling before it makes it an anchor; plan asks
-how a reduction's rows would be laid out before it chains them; codegen prints what both chose.
+how a reduction's rows would be laid out before it chains them, and which kernels have a build for
+channels-last operands; codegen prints what they chose.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import prod
 
-from torchweld.ir import Node
+from torchweld.ir import Graph, Kernel, Node
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "bool": 1, "int64": 8}
+THREADS = 256  # a block of the kernels that give each thread its own outputs (pointwise, pool)
+
+
+# --- strides --------------------------------------------------------------------------------------
+
+def contiguous_strides(shape: tuple) -> tuple:
+    return tuple(prod(shape[d + 1:]) for d in range(len(shape)))
+
+
+def own_strides(shape: tuple, stride: tuple) -> tuple:
+    """Element strides of a value; size-1 dims get 0 (they broadcast), unknown means contiguous."""
+    stride = tuple(stride) if stride and len(stride) == len(shape) else contiguous_strides(shape)
+    return tuple(0 if size == 1 else st for size, st in zip(shape, stride))
+
+
+def memory_order(shape: tuple, stride: tuple) -> list[int]:
+    """Dims from outermost to innermost in memory (size-1 dims last: they take no place)."""
+    own = own_strides(tuple(shape), tuple(stride))
+    return sorted(range(len(shape)), key=lambda d: (shape[d] == 1, -own[d], d))
+
+
+def dense_strides(shape: tuple, order: list[int]) -> tuple:
+    out, step = [0] * len(shape), 1
+    for d in reversed(order):
+        out[d] = step
+        step *= shape[d]
+    return tuple(out)
+
+
+def out_strides(node: Node, order: list[int]) -> tuple:
+    """The strides a pool kernel writes `node` with (and its wrapper allocates): the captured ones
+    where they lay the value out densely, else dense in the pooled tensor's memory order."""
+    shape = tuple(node.shape)
+    if node.stride and len(node.stride) == len(shape):
+        big = sorted((node.stride[d], shape[d]) for d in range(len(shape)) if shape[d] != 1)
+        step = 1
+        for st, size in big:
+            if st != step:
+                break
+            step *= size
+        else:
+            return tuple(node.stride)
+    return dense_strides(shape, order)
 
 
 # --- reduce kernels ---------------------------------------------------------------------------
@@ -211,3 +256,77 @@ def tiling(g: Geometry) -> Tiling | None:
         pb = max(1, min(g.N * g.C,  DW_THREADS // 2 // (t.TX * t.TY), SMEM_BUDGET // smem_bytes(g, t)))
         t = replace(t, PB=pb)
     return t
+
+
+# --- channels-last builds -----------------------------------------------------------------------
+# A kernel that reads a convolution's output run channels-last may have a second build for those
+# strides (codegen/pointwise_cl.py, and pool.channels_last): the plan keeps such a
+# convolution's output as made only where every kernel reading it has one (plan/conv_layout.py).
+CL_SMEM = 40 * 1024  # bytes of tiles a channels-last pointwise block may hold (the static limit is 48 KiB)
+
+
+@dataclass(frozen=True)
+class ChannelsLastTile:
+    """How the channels-last build of a pointwise kernel covers [O, C, P] (P: the spatial dims flattened)."""
+
+    O: int
+    C: int
+    P: int
+    tc: int  # channels a block owns
+    tp: int  # positions a block owns
+    vl: int  # elements a load of a staged operand (along C)
+    vs: int  # elements a store (along P)
+    staged: tuple[tuple[str, int, int], ...]  # (operand, stride of o, stride of a position); a channel's is 1
+
+    @property
+    def blocks(self) -> int:
+        return self.O * -(-self.C // self.tc) * -(-self.P // self.tp)
+
+
+def channels_last_tile(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> ChannelsLastTile | None:
+    """How pointwise `k` runs with the operands in `strides` at those strides; None where one of them
+    is not laid out channel-innermost over the whole [C, P] of the kernel (the wrapper then converts it)."""
+    nodes = graph.by_name()
+    shape = tuple(k.shape)
+    if k.kind != "pointwise" or len(shape) < 3 or not strides:
+        return None
+    O, C, P = shape[0], shape[1], prod(shape[2:])
+    vec = max(1, 16 // max(ITEMSIZE[nodes[o].dtype] for o in k.outputs))
+    live = [d for d in range(2, len(shape)) if shape[d] != 1]
+    if C == 1 or not live:
+        return None
+    staged, vl = [], vec if C % vec == 0 else 1
+    for a, stride in strides.items():
+        n = nodes[a]
+        if len(n.shape) != len(shape) or tuple(n.shape[1:]) != shape[1:]:
+            return None
+        own = own_strides(tuple(n.shape), tuple(stride))
+        if own[1] != 1 or any(own[d] != own[e] * shape[e] for d, e in zip(live, live[1:])):
+            return None
+        staged.append((a, own[0], own[live[-1]]))
+        if own[0] % vec or own[live[-1]] % vec:
+            vl = 1
+    tc = min(32, pow2ceil(C))
+    tp = min(THREADS * 4 // tc, max(32, pow2ceil(P)))
+    if len(staged) * tc * (tp + 1) * 8 > CL_SMEM:
+        return None
+    return ChannelsLastTile(O, C, P, tc, tp, vl, vec if P % vec == 0 else 1, tuple(staged))
+
+
+def pool_channels_last(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> Graph | None:
+    """`graph` with pool kernel `k`'s operands in `strides` at those strides and the pooled value (when
+    the kernel computes it) laid out as they are, so that threads follow their memory order; None
+    where the outputs would then be written in another layout than captured."""
+    nodes = graph.by_name()
+    x = nodes[nodes[k.anchor].args[0]]
+    new = {a: replace(nodes[a], stride=tuple(s)) for a, s in strides.items()}
+    if x.name in k.nodes:
+        like = next((s for a, s in strides.items() if tuple(nodes[a].shape) == tuple(x.shape)), None)
+        if like is None:
+            return None
+        new[x.name] = replace(x, stride=dense_strides(tuple(x.shape), memory_order(tuple(x.shape), like)))
+    before = memory_order(tuple(x.shape), tuple(x.stride))
+    after = memory_order(tuple(x.shape), tuple(new.get(x.name, x).stride))
+    if any(out_strides(nodes[o], after) != out_strides(nodes[o], before) for o in k.outputs):
+        return None
+    return replace(graph, nodes=tuple(new.get(n.name, n) for n in graph.nodes))

@@ -9,15 +9,23 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.codegen.kernel import STORAGE
+from torchweld.codegen.common import (STORAGE, PointwiseLines, anchored_header, dedupe_loads, kernel_with_launcher,
+                                      split_at_anchor)
 from torchweld.codegen.ops import lit
-from torchweld.ir import Ref
-from torchweld.ir import Kernel, ancestors_in
+from torchweld.ir import Graph, Kernel, Ref
 
 
-def batch_norm_source(k: Kernel, nodes) -> str:
-    from torchweld.codegen.reduce import _Stage, _assemble, _dedupe_loads
+def source(k: Kernel, graph: Graph) -> str:
+    """One batch norm kernel and its `extern "C"` launcher."""
+    nodes = graph.by_name()
+    return anchored_header(k, nodes) + _kernel(k, nodes)
 
+
+def traffic(k: Kernel, graph: Graph) -> str:
+    return "two reads, one write"
+
+
+def _kernel(k: Kernel, nodes) -> str:
     a = nodes[k.anchor]
     x, w, b, rm, rv = a.args
     N, C, HW = k.shape[0], k.shape[1], prod(k.shape[2:])
@@ -29,13 +37,10 @@ def batch_norm_source(k: Kernel, nodes) -> str:
     ty = nt // tx
     itype = "ull" if prod(k.shape) >= 2**31 else "u"
     IT = "unsigned long long" if itype == "ull" else "unsigned int"
-    members = set(k.nodes)
-    pro_set = ancestors_in(k.anchor, members, nodes)
-    pro = [m for m in k.nodes if m in pro_set]
-    epi = [m for m in k.nodes if m not in pro_set and m != k.anchor]
-    st = _Stage(k, nodes, itype)
-    x_extra = (x,) if x in st.inputs else ()
-    red = f"0, {nt}, {tx}, {ty}, {'true' if tx == 1 else 'false'}"
+    prologue, epilogue = split_at_anchor(k, nodes)
+    pw = PointwiseLines(k, nodes, itype)
+    x_extra = (x,) if x in pw.inputs else ()
+    block_args = f"0, {nt}, {tx}, {ty}, {'true' if tx == 1 else 'false'}"
     f = lambda v: lit(v, "float")  # noqa: E731
 
     def loop(body):
@@ -43,13 +48,13 @@ def batch_norm_source(k: Kernel, nodes) -> str:
                  f"    const {IT} idx = (({IT})(j / {HW}u) * {C}u + c) * {HW}{itype} + j % {HW}u;"]
                 + ["    " + line for line in body] + ["  }"])
 
-    first = st.lines(pro, k.shape, "idx", x_extra)
+    first = pw.lines(prologue, k.shape, "idx", x_extra)
     B = [f"  const unsigned c = blockIdx.x * {tx}u + threadIdx.x % {tx}u, ty = threadIdx.x / {tx}u;",
          f"  const bool live = c < {C}u;",
          "  float K = 0.0f, s1 = 0.0f, s2 = 0.0f;",
          f"  if (live) {{ const {IT} idx = ({IT})c * {HW}{itype};"] + ["    " + line for line in first] + [f"    K = {x}; }}"]
     B += loop(first + [f"const float d = {x} - K;", "s1 += d;", "s2 = fmaf(d, d, s2);"])
-    B += [f"  s1 = tw_block_reduce<{red}>(s1);", f"  s2 = tw_block_reduce<{red}>(s2);",
+    B += [f"  s1 = tw_block_reduce<{block_args}>(s1);", f"  s2 = tw_block_reduce<{block_args}>(s2);",
           f"  const float dm = s1 * {f(1.0 / count)}, var0 = s2 * {f(1.0 / count)} - dm * dm;",
           "  const float var = var0 < 0.0f ? 0.0f : var0, mean = K + dm;",
           f"  const float rstd = rsqrtf(var + {f(a.attr('eps'))});",
@@ -62,8 +67,7 @@ def batch_norm_source(k: Kernel, nodes) -> str:
         expr = f"({expr}) * tw_ld(in_{w}[c])"
     if isinstance(b, Ref):
         expr = f"({expr}) + tw_ld(in_{b}[c])"
-    body = st.lines(pro, k.shape, "idx", x_extra) + [f"const float {a.name} = {expr};"] + st.lines(epi, k.shape, "idx")
+    body = pw.lines(prologue, k.shape, "idx", x_extra) + [f"const float {a.name} = {expr};"] + pw.lines(epilogue, k.shape, "idx")
     body += [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs]
-    B += loop(_dedupe_loads(body))
-    return _assemble(k, nodes, B, nt, -(-C // tx), mutable=(rm, rv))
-
+    B += loop(dedupe_loads(body))
+    return kernel_with_launcher(k, nodes, B, nt, -(-C // tx), mutable=(rm, rv))

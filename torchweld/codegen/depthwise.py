@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torchweld.codegen.kernel import STORAGE
-from torchweld.codegen.reduce import _Stage, _assemble, _header, params
-from torchweld.ir import Kernel, Node
+from torchweld.codegen.common import STORAGE, PointwiseLines, anchored_header, kernel_with_launcher, params
+from torchweld.ir import Graph, Kernel, Node
 from torchweld.tiling import Geometry, Tiling, cdiv, geometry, smem_bytes, tiling
+
 
 def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     """(the two phases as device functions, the kernel and its launcher, geometry, tiling)."""
@@ -35,7 +35,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     tiles = t.tiles_h * t.tiles_w
     # NOTE: the wrapper hands the kernel its input and weight contiguous, whatever their captured strides.
     flat = {n: replace(nodes[n], stride=()) for n in (x, w)}
-    st = _Stage(k, {**nodes, **flat}, itype)
+    pw = PointwiseLines(k, {**nodes, **flat}, itype)
     kparams = params(k, nodes)[0]
     sig = f"{kparams}, {{smem}}float* __restrict__ sm, const unsigned blk, const unsigned t"
 
@@ -89,7 +89,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
             _unroll(t.VH, 4), f"    for (int a = 0; a < {t.VH}; ++a)",
             _unroll(t.VW, 4), f"      for (int b = 0; b < {t.VW}; ++b) acc[a][b] = wb[{g.M * KK} + m];"]
     comp += _taps_regs(g, t) if t.regs else _taps_smem(g, t)
-    comp += _epilogue(k, nodes, st, a, g, t, IT, itype) + ["  }", "}", ""]
+    comp += _epilogue(k, nodes, pw, a, g, t, IT, itype) + ["  }", "}", ""]
 
     args = ", ".join([f"in_{n}" for n in k.inputs] + [f"out_{o}" for o in k.outputs])
     body = [f"  __shared__ __align__(16) float sm[{smem_bytes(g, t) // 4}];",
@@ -97,7 +97,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
             "  __syncthreads();",
             f"  {k.name}_compute({args}, sm, blockIdx.x, threadIdx.x);"]
     blocks = cdiv(planes, t.PB) * tiles
-    return "\n".join(load + comp), _assemble(k, nodes, body, t.threads, blocks), g, t
+    return "\n".join(load + comp), kernel_with_launcher(k, nodes, body, t.threads, blocks), g, t
 
 
 def _unroll(n: int, full: int = 32) -> str:
@@ -146,17 +146,17 @@ def _taps_smem(g: Geometry, t: Tiling) -> list[str]:
             "      }", "    }"]
 
 
-def _epilogue(k: Kernel, nodes, st: _Stage, a: Node, g: Geometry, t: Tiling, IT: str, itype: str) -> list[str]:
+def _epilogue(k: Kernel, nodes, pw: PointwiseLines, a: Node, g: Geometry, t: Tiling, IT: str, itype: str) -> list[str]:
     """The epilogue at each output the thread computed, then the stores (vectors where a row of the
     thread's outputs is whole and aligned)."""
     members = [m for m in k.nodes if m != k.anchor]
-    body = st.lines(members, tuple(k.shape), "idx")
+    body = pw.lines(members, tuple(k.shape), "idx")
     x = a.args[0]
     # NOTE: the conv input read at the output's own index (a residual) is in the tile already when
     # the output grid is the input grid (stride 1, one channel each, output shape = input shape).
     if (g.SH, g.SW, g.M) == (1, 1, 1) and nodes[x].shape == a.shape and 0 <= g.PH <= (g.KH - 1) * g.DH \
             and 0 <= g.PW <= (g.KW - 1) * g.DW:
-        body = [f"const float {x} = tl[(a + {g.PH}) * {t.IWP} + b + {g.PW}];" if line == st.load(x, tuple(k.shape), "idx")
+        body = [f"const float {x} = tl[(a + {g.PH}) * {t.IWP} + b + {g.PW}];" if line == pw.load(x, tuple(k.shape), "idx")
                 else line for line in body]
     vector = g.OW % t.VW == 0 and t.VW > 1
     out = [f"    const {IT} ob = (p * {g.M}{itype} + ({IT})m) * {g.OH * g.OW}{itype};",
@@ -183,11 +183,11 @@ def _epilogue(k: Kernel, nodes, st: _Stage, a: Node, g: Geometry, t: Tiling, IT:
     return out
 
 
-def depthwise_source(k: Kernel, graph) -> str:
+def source(k: Kernel, graph: Graph) -> str:
     """One depthwise kernel (its two phases, the kernel, its `extern "C"` launcher)."""
     nodes = graph.by_name()
     device, kernel, g, t = depthwise_parts(k, graph)
     note = (f"// {g.KH}x{g.KW} depthwise, stride {g.SH}x{g.SW}, padding {g.PH}x{g.PW}, dilation {g.DH}x{g.DW}, "
             f"multiplier {g.M}: {g.H}x{g.W} -> {g.OH}x{g.OW}; block: {t.PB} plane(s) x {t.TY * t.VH}x{t.TX * t.VW} "
             f"outputs, {t.threads} threads of {t.VH}x{t.VW}, weights in {'registers' if t.regs else 'shared memory'}\n")
-    return _header(k, nodes) + note + device + "\n" + kernel
+    return anchored_header(k, nodes) + note + device + "\n" + kernel

@@ -19,15 +19,14 @@ Every index expression is written in a small C subset (+ - * / % tw_min tw_max, 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
-from torchweld.codegen.kernel import STORAGE, compute_type, own_strides
-from torchweld.codegen.ops import cuda_expr
-from torchweld.ir import Node
-from torchweld.ir import Kernel, ancestors_in
+from torchweld.codegen.common import (STORAGE, THREADS, anchored_header, compute, kernel_with_launcher, split_at_anchor,
+                                      variant_name)
+from torchweld.ir import Graph, Kernel, Node
+from torchweld.tiling import dense_strides, memory_order, out_strides, own_strides, pool_channels_last
 
-THREADS = 256
 UNROLL = 64  # fixed windows up to this many positions are unrolled
 
 
@@ -102,36 +101,6 @@ def _adaptive_axis(dim: int, size: int, out: int) -> Axis:
     return Axis(dim, size, out, variable=True)
 
 
-def memory_order(shape: tuple, stride: tuple) -> list[int]:
-    """Dims from outermost to innermost in memory (size-1 dims last: they take no place)."""
-    own = own_strides(tuple(shape), tuple(stride))
-    return sorted(range(len(shape)), key=lambda d: (shape[d] == 1, -own[d], d))
-
-
-def dense_strides(shape: tuple, order: list[int]) -> tuple:
-    out, step = [0] * len(shape), 1
-    for d in reversed(order):
-        out[d] = step
-        step *= shape[d]
-    return tuple(out)
-
-
-def out_strides(node: Node, order: list[int]) -> tuple:
-    """The strides a pool kernel writes `node` with (and its wrapper allocates): the captured ones
-    where they lay the value out densely, else dense in the pooled tensor's memory order."""
-    shape = tuple(node.shape)
-    if node.stride and len(node.stride) == len(shape):
-        big = sorted((node.stride[d], shape[d]) for d in range(len(shape)) if shape[d] != 1)
-        step = 1
-        for st, size in big:
-            if st != step:
-                break
-            step *= size
-        else:
-            return tuple(node.stride)
-    return dense_strides(shape, order)
-
-
 class Geometry:
     """Where one thread of a pool kernel reads and writes."""
 
@@ -202,18 +171,14 @@ class Geometry:
         return sum((n - 1) * s for n, s in zip(shape, st))
 
 
-def pool_source(k: Kernel, graph) -> str:
+def source(k: Kernel, graph: Graph) -> str:
     """One pool kernel and its `extern "C"` launcher."""
-    from torchweld.codegen.reduce import _assemble, _header
-
     nodes = graph.by_name()
     a = nodes[k.anchor]
     x = a.args[0]
     geo = Geometry(a, nodes[x])
     members = set(k.nodes)
-    pro_set = ancestors_in(k.anchor, members, nodes)
-    pro = [m for m in k.nodes if m in pro_set]
-    epi = [m for m in k.nodes if m not in pro_set and m != k.anchor]
+    prologue, epilogue = split_at_anchor(k, nodes)
     strides = {o: out_strides(nodes[o], geo.order) for o in k.outputs}
     reach = [geo.max_offset(nodes[i].shape, nodes[i].stride) for i in k.inputs]
     reach += [geo.max_offset(nodes[o].shape, strides[o]) for o in k.outputs]
@@ -224,22 +189,22 @@ def pool_source(k: Kernel, graph) -> str:
     B += [f"  const {t} {n} = {e};" for t, n, e in geo.coord_decls(IT) + geo.window_decls()]
 
     # Operands read in the window: those that do not move along it are loaded once, before it.
-    pro_inputs = list(dict.fromkeys([r for m in pro for r in nodes[m].inputs() if r not in members]
+    prologue_inputs = list(dict.fromkeys([r for m in prologue for r in nodes[m].inputs() if r not in members]
                                     + ([x] if x not in members else [])))
     invariant, loop_loads = [], []
-    for r in pro_inputs:
+    for r in prologue_inputs:
         lead, win = geo.offset(nodes[r].shape, nodes[r].stride, "in", IT)
         line = f"const auto {r} = tw_ld(in_{r}[{lead + (' + ' + win if win else '')}]);"
         (loop_loads if win else invariant).append((r, line))
     fixed = {r for r, _ in invariant}
     hoisted = []
-    for m in pro:
+    for m in prologue:
         if all(i in fixed for i in nodes[m].inputs()):
             fixed.add(m)
             hoisted.append(m)
-    B += ["  " + line for _, line in invariant] + ["  " + _compute(nodes[m]) for m in hoisted]
+    B += ["  " + line for _, line in invariant] + ["  " + compute(nodes[m]) for m in hoisted]
     B.append(f"  float q_acc = {'-INFINITY' if 'max' in a.op else '0.0f'};")
-    body = [line for _, line in loop_loads] + [_compute(nodes[m]) for m in pro if m not in fixed]
+    body = [line for _, line in loop_loads] + [compute(nodes[m]) for m in prologue if m not in fixed]
     body.append(f"q_acc = tw_max({x}, q_acc);" if "max" in a.op else f"q_acc += {x};")
     unroll = prod(ax.k for ax in geo.axes if not ax.variable) <= UNROLL
     depth = 1
@@ -252,22 +217,21 @@ def pool_source(k: Kernel, graph) -> str:
         B.append("  " * depth + "}")
     value, empty = geo.value()
     B.append(f"  const float {a.name} = {f'({empty}) ? 0.0f : {value}' if empty else value};")
-    epi_inputs = list(dict.fromkeys(r for m in epi for r in nodes[m].inputs() if r not in members))
-    for r in epi_inputs:
+    epilogue_inputs = list(dict.fromkeys(r for m in epilogue for r in nodes[m].inputs() if r not in members))
+    for r in epilogue_inputs:
         if r in fixed:  # NOTE: loaded before the window at the same offset (its pooled dims have size 1)
             continue
         lead, _ = geo.offset(nodes[r].shape, nodes[r].stride, "out", IT)
         B.append(f"  const auto {r} = tw_ld(in_{r}[{lead}]);")
-    B += ["  " + _compute(nodes[m]) for m in epi]
+    B += ["  " + compute(nodes[m]) for m in epilogue]
     for o in k.outputs:
         dense = strides[o] == dense_strides(geo.out_shape, geo.order)
         at = "q_t" if dense else geo.offset(geo.out_shape, strides[o], "out", IT)[0]
         B.append(f"  out_{o}[{at}] = tw_st<{STORAGE[nodes[o].dtype]}>({o});")
-    return _header(k, nodes) + _assemble(k, nodes, B, THREADS, -(-geo.numel // THREADS))
+    return anchored_header(k, nodes) + kernel_with_launcher(k, nodes, B, THREADS, -(-geo.numel // THREADS))
 
 
-def _compute(node: Node) -> str:
-    from torchweld.codegen.reduce import _arg
-
-    ctype = compute_type(node.dtype)
-    return f"const {ctype} {node.name} = {cuda_expr(node, [_arg(a, ctype) for a in node.args], ctype)};"
+def channels_last(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> str:
+    """`<kernel>_cl`: the same kernel with the operands in `strides` at those strides, its threads in
+    their memory order (loads along C coalesced; each output stored at its captured offset)."""
+    return source(replace(k, name=variant_name(k)), pool_channels_last(k, graph, strides))

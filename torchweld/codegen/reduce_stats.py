@@ -45,14 +45,14 @@ def nstats(op: str) -> int:
 
 
 class Stats:
-    """The CUDA lines of one anchor's statistics; `red` is the block reduction's template arguments."""
+    """The CUDA lines of one anchor's statistics; `block_args` are the block reduction's template arguments."""
 
     def __init__(self, a, n: int):
-        self.a, self.op, self.kind, self.n = a, a.op, kind(a.op), n
+        self.anchor, self.op, self.kind, self.n = a, a.op, kind(a.op), n
 
     def decl(self) -> list[str]:
         if self.kind == "acc":
-            return [f"  float acc = {ACC[acc_op(self.a)][0]};"]
+            return [f"  float acc = {ACC[acc_op(self.anchor)][0]};"]
         if self.kind == "online":
             return ["  float m = -INFINITY, s = 0.0f;"]
         if self.kind == "moments":
@@ -62,24 +62,24 @@ class Stats:
     def update(self, x: str, cached: bool = False) -> list[str]:
         """Per element; moments: shifted sums about K, or plain sums when the chunk is cached."""
         if self.kind == "acc":
-            return [ACC[acc_op(self.a)][1].format(x=x)]
+            return [ACC[acc_op(self.anchor)][1].format(x=x)]
         if self.kind == "online":
             return [f"tw_online({x}, m, s);"]
         if self.kind == "moments":
             return [f"s1 += {x};"] if cached else [f"const float d = {x} - K;", "s1 += d;", "s2 = fmaf(d, d, s2);"]
         return [f"if (tw_better<{'true' if self.op == 'argmax' else 'false'}>({x}, (int)r, v, ix)) {{ v = {x}; ix = (int)r; }}"]
 
-    def block(self, red: str, cached: bool = False) -> list[str]:
+    def block(self, block_args: str, cached: bool = False) -> list[str]:
         """Combine the threads of each output (every thread of the block calls it)."""
         if self.kind == "acc":
-            return [f"  acc = tw_block_reduce<{ACC[acc_op(self.a)][2]}, {red}>(acc);"]
+            return [f"  acc = tw_block_reduce<{ACC[acc_op(self.anchor)][2]}, {block_args}>(acc);"]
         if self.kind == "online":
-            return [f"  const float M = tw_block_reduce<1, {red}>(m);",
-                    f"  const float S = tw_block_reduce<0, {red}>(m == M ? s : s * expf(m - M));"]
+            return [f"  const float M = tw_block_reduce<1, {block_args}>(m);",
+                    f"  const float S = tw_block_reduce<0, {block_args}>(m == M ? s : s * expf(m - M));"]
         if self.kind == "moments":
-            s2 = [] if cached else [f"  s2 = tw_block_reduce<0, {red}>(s2);"]
-            return [f"  s1 = tw_block_reduce<0, {red}>(s1);"] + s2
-        return [f"  tw_block_argreduce<{'true' if self.op == 'argmax' else 'false'}, {red}>(v, ix);"]
+            s2 = [] if cached else [f"  s2 = tw_block_reduce<0, {block_args}>(s2);"]
+            return [f"  s1 = tw_block_reduce<0, {block_args}>(s1);"] + s2
+        return [f"  tw_block_argreduce<{'true' if self.op == 'argmax' else 'false'}, {block_args}>(v, ix);"]
 
     def store(self, slot: str, stride: int) -> list[str]:
         """Write this chunk's partial result at ws[slot] (and ws[stride + slot])."""
@@ -91,7 +91,7 @@ class Stats:
     def merge(self, slot: str, stride: int) -> list[str]:
         """Fold the partial result at ws[slot] into this thread's statistics."""
         if self.kind == "acc":
-            return [f"acc = tw_comb<{ACC[acc_op(self.a)][2]}>(acc, ws[{slot}]);"]
+            return [f"acc = tw_comb<{ACC[acc_op(self.anchor)][2]}>(acc, ws[{slot}]);"]
         if self.kind == "online":
             return [f"tw_merge(m, s, ws[{slot}], ws[{stride} + {slot}]);"]
         if self.kind == "moments":
@@ -113,12 +113,12 @@ class Stats:
         if self.kind == "acc":
             if op == "mean":
                 return f"acc * {lit(1.0 / self.n, 'float')}"
-            return "sqrtf(acc)" if acc_op(self.a) == "l2" else "acc"
+            return "sqrtf(acc)" if acc_op(self.anchor) == "l2" else "acc"
         if op == "logsumexp":
             # NOTE: eager logsumexp returns the infinite max itself; softmax of such a row is NaN.
             return "(S != S) ? S : isinf(M) ? M : M + logf(S)"
         if self.kind == "arg":
             return "(long long)ix"
-        dof = self.n - self.a.attr("correction", 0)
+        dof = self.n - self.anchor.attr("correction", 0)
         var = f"m2 / {lit(float(max(dof, 0)), 'float')}"
         return f"sqrtf({var})" if op == "std" else var

@@ -9,69 +9,39 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.codegen.kernel import STORAGE
+from torchweld.codegen.common import (STORAGE, PointwiseLines, anchored_header, dedupe_loads, kernel_with_launcher,
+                                      split_at_anchor)
+from torchweld.ir import Graph, Kernel, reduce_geometry
 from torchweld.tiling import pow2ceil
-from torchweld.ir import reduce_geometry
-from torchweld.ir import Kernel, ancestors_in
 
 E = 4  # consecutive elements a thread scans in each tile
 
-SCAN_PRELUDE = r"""
-// Exclusive scan of v over the TY threads of each row (TY low bits of threadIdx.x); `total` is
-// the row's sum. No subtraction: a row of -inf stays -inf. All threads of the block call it.
-template <int NT, int TY> __device__ __forceinline__ float tw_block_scan(float v, float& total) {
-  __shared__ float sm[NT / 32 + 1];
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  constexpr int W = TY < 32 ? TY : 32;
-#pragma unroll
-  for (int o = 1; o < W; o <<= 1) {
-    const float n = __shfl_up_sync(0xffffffffu, v, o, W);
-    if ((lane % W) >= o) v += n;
-  }
-  float exc = __shfl_up_sync(0xffffffffu, v, 1, W);
-  if (lane % W == 0) exc = 0.0f;
-  if (TY <= 32) {
-    total = __shfl_sync(0xffffffffu, v, (lane / W) * W + W - 1, 32);
-    return exc;
-  }
-  constexpr int WPR = TY / 32;
-  __syncthreads();  // NOTE: sm may still be read by the previous call
-  if (lane == 31) sm[warp] = v;
-  __syncthreads();
-  const int first = (warp / WPR) * WPR;
-  float before = 0.0f, all = 0.0f;
-#pragma unroll
-  for (int k = 0; k < WPR; ++k) {
-    const float s = sm[first + k];
-    if (first + k < warp) before += s;
-    all += s;
-  }
-  total = all;
-  return warp == first ? exc : before + exc;
-}
-"""
+
+def source(k: Kernel, graph: Graph) -> str:
+    """One cumsum kernel and its `extern "C"` launcher (its block scan is in cuh/block_scan.cuh)."""
+    nodes = graph.by_name()
+    return anchored_header(k, nodes) + _kernel(k, nodes)
 
 
-def scan_source(k: Kernel, nodes) -> str:
-    from torchweld.codegen.reduce import _Stage, _assemble, _dedupe_loads
+def traffic(k: Kernel, graph: Graph) -> str:
+    return "one pass"
 
+
+def _kernel(k: Kernel, nodes) -> str:
     a = nodes[k.anchor]
     O, R, I = reduce_geometry(a, k.shape)
     itype = "ull" if prod(k.shape) >= 2**31 else "u"
     IT = "unsigned long long" if itype == "ull" else "unsigned int"
-    members = set(k.nodes)
-    pro_set = ancestors_in(k.anchor, members, nodes)
-    pro = [m for m in k.nodes if m in pro_set]
-    epi = [m for m in k.nodes if m not in pro_set and m != k.anchor]
-    st = _Stage(k, nodes, itype)
+    prologue, epilogue = split_at_anchor(k, nodes)
+    pw = PointwiseLines(k, nodes, itype)
     x = a.args[0]
-    x_extra = (x,) if x in st.inputs else ()
-    reload = bool({r for m in epi for r in nodes[m].inputs()} & pro_set)  # the epilogue reads prologue values
+    x_extra = (x,) if x in pw.inputs else ()
+    reload = bool({r for m in epilogue for r in nodes[m].inputs()} & set(prologue))  # the epilogue reads prologue values
 
     def write(value: str) -> list[str]:
-        body = (st.lines(pro, k.shape, "idx", x_extra) if reload else []) + [f"const float {a.name} = {value};"]
-        body += st.lines(epi, k.shape, "idx")
-        return _dedupe_loads(body + [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs])
+        body = (pw.lines(prologue, k.shape, "idx", x_extra) if reload else []) + [f"const float {a.name} = {value};"]
+        body += pw.lines(epilogue, k.shape, "idx")
+        return dedupe_loads(body + [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs])
 
     if I > 1:  # one thread a column
         nt, blocks = 256, -(-O * I // 256)
@@ -81,11 +51,11 @@ def scan_source(k: Kernel, nodes) -> str:
              "  float carry = 0.0f;",
              f"  for (unsigned r = 0; r < {R}u; ++r) {{",
              f"    const {IT} idx = base + ({IT})r * {I}{itype};"]
-        body = st.lines(pro, k.shape, "idx", x_extra) + [f"carry += {x};", f"const float {a.name} = carry;"]
-        body += st.lines(epi, k.shape, "idx")
+        body = pw.lines(prologue, k.shape, "idx", x_extra) + [f"carry += {x};", f"const float {a.name} = carry;"]
+        body += pw.lines(epilogue, k.shape, "idx")
         body += [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs]
-        B += ["    " + b for b in _dedupe_loads(body)] + ["  }"]
-        return _assemble(k, nodes, B, nt, blocks)
+        B += ["    " + b for b in dedupe_loads(body)] + ["  }"]
+        return kernel_with_launcher(k, nodes, B, nt, blocks)
     ty = min(1024, pow2ceil(-(-R // E)))
     tx = max(min(256 // ty, pow2ceil(O)), -(-32 // ty))
     nt, tile = tx * ty, ty * E
@@ -101,11 +71,11 @@ def scan_source(k: Kernel, nodes) -> str:
          f"    for (int e = 0; e < {E}; ++e) {{",
          f"      const unsigned r = r0 + e; const {IT} idx = base + r;",
          f"      if (live && r < {R}u) {{"]
-    B += ["        " + b for b in st.lines(pro, k.shape, "idx", x_extra)] + [f"        run += {x};", "      }",
+    B += ["        " + b for b in pw.lines(prologue, k.shape, "idx", x_extra)] + [f"        run += {x};", "      }",
                                                                              "      v[e] = run;", "    }"]
     B += ["    float total;", f"    const float before = tw_block_scan<{nt}, {ty}>(run, total);",
           "#pragma unroll", f"    for (int e = 0; e < {E}; ++e) {{",
           f"      const unsigned r = r0 + e; const {IT} idx = base + r;",
           f"      if (live && r < {R}u) {{"]
     B += ["        " + b for b in write("carry + before + v[e]")] + ["      }", "    }", "    carry += total;", "  }"]
-    return _assemble(k, nodes, B, nt, -(-O // tx))
+    return kernel_with_launcher(k, nodes, B, nt, -(-O // tx))

@@ -4,8 +4,9 @@
 whichever it measured fastest at its first call. A channels-last result converted back to the
 captured layout costs a pass over the whole output (read and write). A site skips that pass where
 every value made from its output (through views) is read only by fused kernels that also have a
-build for the strides a channels-last convolution gives those values (`<kernel>_cl`, see
-codegen/variants.py). Each such kernel's wrapper picks its build from its operands' strides at
+build for the strides a channels-last convolution gives those values (`<kernel>_cl`: a pointwise
+kernel tiled through shared memory, codegen/pointwise_cl.py, or a pool kernel with its threads in
+the operands' memory order). Each such kernel's wrapper picks its build from its operands' strides at
 every call, and lays out any other strides as captured (the general path).
 """
 from __future__ import annotations
@@ -14,9 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torchweld.codegen.kernel import own_strides
-from torchweld.ir import Node, map_refs
-from torchweld.ir import Kernel, Plan
+from torchweld.ir import Graph, Kernel, Node, Plan, map_refs
+from torchweld.tiling import channels_last_tile, own_strides, pool_channels_last
 
 CONV = "aten.convolution.default"
 FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
@@ -49,10 +49,20 @@ def moved(n: Node, stride: tuple) -> bool:
     return own_strides(tuple(n.shape), tuple(stride)) != own_strides(tuple(n.shape), tuple(n.stride))
 
 
+def takes_channels_last(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> bool:
+    """Whether `k` has a build that reads the operands in `strides` at those strides without a copy.
+    Reductions and norms have none: a site they read converts its output (one copy)."""
+    if not strides:
+        return True
+    if k.kind == "pointwise":
+        return channels_last_tile(k, graph, strides) is not None
+    if k.kind == "pool":
+        return pool_channels_last(k, graph, strides) is not None
+    return False
+
+
 def conv_layouts(plan: Plan) -> ConvLayouts:
     """The convolutions whose readers all take either layout (kernels with a channels-last build)."""
-    from torchweld.codegen.variants import supported  # NOTE: here: codegen imports the plan module
-
     graph = plan.graph
     nodes, users = graph.by_name(), graph.users()
     readers: dict[str, list[Kernel]] = {}
@@ -69,7 +79,7 @@ def conv_layouts(plan: Plan) -> ConvLayouts:
     while True:
         alt = {v: s for site in keep for v, s in found[site][0].items() if moved(nodes[v], s)}
         bad = {site for site in keep for k in found[site][1]
-               if not supported(k, graph, {a: alt[a] for a in k.inputs if a in alt})}
+               if not takes_channels_last(k, graph, {a: alt[a] for a in k.inputs if a in alt})}
         if not bad:
             return ConvLayouts(frozenset(keep), alt)
         keep -= bad
