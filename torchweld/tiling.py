@@ -27,6 +27,11 @@ def own_strides(shape: tuple, stride: tuple) -> tuple:
     return tuple(0 if size == 1 else st for size, st in zip(shape, stride))
 
 
+def is_contiguous(node: Node) -> bool:
+    """`node` is laid out as a contiguous tensor of its shape (size-1 dims aside; no captured strides: contiguous)."""
+    return own_strides(node.shape, node.stride) == own_strides(node.shape, ())
+
+
 def memory_order(shape: tuple, stride: tuple) -> list[int]:
     """Dims from outermost to innermost in memory (size-1 dims last: they take no place)."""
     own = own_strides(tuple(shape), tuple(stride))

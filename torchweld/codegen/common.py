@@ -11,7 +11,7 @@ from pathlib import Path
 from torchweld.codegen.ops import cuda_expr, lit
 from torchweld.ir import Graph, Kernel, Node, Ref, ancestors_in, format_node
 # NOTE: kind modules take these from here too
-from torchweld.tiling import ITEMSIZE, THREADS, contiguous_strides, own_strides  # noqa: F401
+from torchweld.tiling import ITEMSIZE, THREADS, contiguous_strides, is_contiguous, own_strides  # noqa: F401
 
 STORAGE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double", "bool": "bool",
            "int64": "long long"}
@@ -73,10 +73,6 @@ def reach(node: Node, stride: tuple | None = None) -> int:
     """One past the largest element offset `node` is read at (with `stride`, else its captured strides)."""
     own = own_strides(tuple(node.shape), tuple(node.stride if stride is None else stride))
     return 1 + sum((size - 1) * st for size, st in zip(node.shape, own))
-
-
-def is_contiguous(node: Node) -> bool:
-    return own_strides(node.shape, node.stride) == own_strides(node.shape, ())
 
 
 def index_expr(dims, i: str, itype: str) -> str:

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torchweld.ir import Graph, Kernel, Node, Plan, map_refs
+from torchweld.ir import CONVOLUTION, Graph, Kernel, Node, Plan, map_refs
 from torchweld.tiling import channels_last_tile, own_strides, pool_channels_last
 
-CONV = "aten.convolution.default"
 FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
 # Views a convolution's output may pass through on its way to kernels: replayed on a meta tensor
 # laid out channels-last, they give the strides the kernels then see (an op that would copy, as a
@@ -71,7 +70,7 @@ def conv_layouts(plan: Plan) -> ConvLayouts:
             readers.setdefault(a, []).append(k)
     found = {}
     for n in graph.nodes:
-        if n.op == "aten" and n.target == CONV and len(n.shape) in FORMATS:
+        if n.op == "aten" and n.target == CONVOLUTION and len(n.shape) in FORMATS:
             follow = _follow(n, nodes, users, readers)
             if follow is not None:
                 found[n.name] = follow

@@ -2,19 +2,12 @@
 of parameters are never made (the kernels read the tensor itself)."""
 from __future__ import annotations
 
-from math import prod
 
 from torchweld.ir import LIBRARY, VIEWS, Kernel, Node, Plan, Ref
+from torchweld.tiling import is_contiguous
 from torchweld.simplify.conv_fold import fold_source
 
 COPY = "aten.copy_.default"
-
-
-def contiguous(n: Node) -> bool:
-    """`n` is laid out as a contiguous tensor of its shape (size-1 dims aside; no captured strides: contiguous)."""
-    if not n.stride or len(n.stride) != len(n.shape):
-        return True
-    return all(size == 1 or st == prod(n.shape[d + 1:]) for d, (size, st) in enumerate(zip(n.shape, n.stride)))
 
 
 def view_root(n: Node, nodes: dict) -> Node:
@@ -51,7 +44,7 @@ def overwrites(k: Kernel, graph, made: frozenset = frozenset()) -> dict[str, str
     found: dict[str, str] = {}
     for a in k.inputs:
         n = nodes[a]
-        if tuple(n.shape) != tuple(k.shape) or not contiguous(n) or not _owned(a, k, nodes, users, made):
+        if tuple(n.shape) != tuple(k.shape) or not is_contiguous(n) or not _owned(a, k, nodes, users, made):
             continue
         out = next((x for x in k.outputs if x not in found and nodes[x].dtype == n.dtype), None)
         if out is not None:
@@ -97,7 +90,7 @@ def written_into(plan: Plan) -> dict[str, tuple[str, str]]:
         dst, src = nodes[n.args[0]], n.args[1]
         k = kernel_of.get(src)
         if (k is None or dst.op != "param" or users[src] != [n.name] or tuple(dst.shape) != tuple(nodes[src].shape)
-                or dst.dtype != nodes[src].dtype or not contiguous(dst) or k.kind not in ("pointwise", "reduce")
+                or dst.dtype != nodes[src].dtype or not is_contiguous(dst) or k.kind not in ("pointwise", "reduce")
                 or k.name not in at or n.name not in at or k.name in timed):
             continue
         between = plan.steps[at[k.name]:at[n.name]]  # the kernel's own reads included
@@ -115,6 +108,6 @@ def elided_views(plan: Plan) -> dict[str, str]:
     in_kernels = {m for k in plan.kernels for m in k.nodes}
     return {n.name: n.args[0] for n in graph.nodes
             if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref)
-            and (nodes[n.args[0]].op == "param" or fold_source(n.args[0], nodes)) and contiguous(n)
-            and contiguous(nodes[n.args[0]]) and users[n.name]
+            and (nodes[n.args[0]].op == "param" or fold_source(n.args[0], nodes)) and is_contiguous(n)
+            and is_contiguous(nodes[n.args[0]]) and users[n.name]
             and all(u in in_kernels for u in users[n.name])}
