@@ -115,3 +115,15 @@ def test_check_resumes_the_others_when_its_child_ends(judges, tmp_path):
                 CheckOptions(timeout_s=120, judges_dir=str(tmp_path)))
     assert res["outcome"] == "runtime_error"
     assert _wait_state(b.pid, "S") != "T"
+
+
+def test_the_package_check_stays_the_function_after_every_judge_module_is_imported():
+    """`torchweld.judge.check` is the API's function, not a submodule that shadows it once imported."""
+    import importlib
+    import pkgutil
+
+    import torchweld.judge as judge
+
+    for mod in pkgutil.iter_modules(judge.__path__):
+        importlib.import_module(f"torchweld.judge.{mod.name}")
+    assert callable(judge.check) and judge.check.__module__ == "torchweld.judge"

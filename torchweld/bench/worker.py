@@ -32,7 +32,7 @@ class Job:
     out: Path
     timeout: float | None = None
     timing: bool = True
-    check: Callable | None = None  # None: torchweld.judge.check.check, imported in the worker
+    check: Callable | None = None  # None: torchweld.judge.parent.check, imported in the worker
     compile_fn: Callable | None = None  # None: torchweld.pipeline.compile_file
     judge: tuple = ()  # (name, value) overrides of the judge's options
     gpu_lock: bool = False  # several workers share a GPU: each judge takes its lock for the GPU work
@@ -188,11 +188,11 @@ def _judge(job: Job, gpu: str | None = None):
         wanted["timeout"] = job.timeout
     if job.check is not None:
         try:
-            from torchweld.judge.check import CheckOptions
+            from torchweld.judge.parent import CheckOptions
         except ImportError:  # an injected check without the real judge installed (tests)
             CheckOptions = None
         return job.check, make_options(CheckOptions, wanted)
-    from torchweld.judge.check import CheckOptions, check
+    from torchweld.judge.parent import CheckOptions, check
 
     return check, make_options(CheckOptions, wanted)
 

@@ -35,7 +35,7 @@ def options_from(args) -> CheckOptions:
 
 def run(args) -> int:
     """Run the judge for parsed `args`; print the result; return the exit code (never raises on bad input)."""
-    from torchweld.judge.check import check
+    from torchweld.judge.parent import check
     from torchweld.judge.render import render
     from torchweld.problem import ProblemError
 
