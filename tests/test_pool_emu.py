@@ -1,4 +1,4 @@
-"""Pool kernels run on the CPU emulator (tests/cuda_emu.py: the emitted CUDA source built by g++,
+"""Pool kernels run on the CPU emulator (tests/emulator.py: the emitted CUDA source built by g++,
 one std::thread per GPU thread) against eager: the sweep of tests/pool_sweep.py (1-d, 2-d, 3-d,
 max/avg/adaptive, every padding and ceil_mode rule, prologues and epilogues) in fp32, fp16 and
 bf16, contiguous and channels-last, on inputs holding NaN and +-inf. No GPU needed."""
@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, write_problem
+from emulator import GXX, emulated_model, write_problem
 from pool_sweep import SWEEP, sweep_exprs, sweep_source
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")

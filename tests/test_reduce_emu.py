@@ -1,4 +1,4 @@
-"""Reduce kernels run on the CPU emulator (tests/cuda_emu.py) against eager: every layout path
+"""Reduce kernels run on the CPU emulator (tests/emulator.py) against eager: every layout path
 (short rows, register cache, vector and scalar builds, column reductions, split outputs) on rows
 with NaN and inf. No GPU needed; g++ builds the emitted CUDA source."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, write_problem
+from emulator import GXX, emulated_model, write_problem
 from torchweld.codegen.reduce import generator
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")

@@ -4,8 +4,7 @@
   (emit.reusable): the GEMM's result, read once by the activation after it;
 - a GEMM reads a linear's weight packed (in, out) once per version of the weight (gemm_pack.py).
 
-Plan-level cases check where each must not happen; emulator cases (tests/cuda_emu.py, one CPU
-thread per GPU thread) check the results against eager, also after the weights change."""
+Plan-level cases check where each must not happen; emulator cases (tests/emulator.py) check the results against eager, also after the weights change."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
+from emulator import GXX, emulated_model, reference_and_new, write_problem
 from torchweld.emit import reusable
 from torchweld.plan.gemm_pack import packed_weights
 from torchweld.pipeline import compile_problem

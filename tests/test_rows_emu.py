@@ -1,5 +1,5 @@
 """Row kernels (a reduction whose result is broadcast back over its rows, in one kernel) run on the
-CPU emulator (tests/cuda_emu.py) against eager: rows kept in registers or read again, odd row
+CPU emulator (tests/emulator.py) against eager: rows kept in registers or read again, odd row
 lengths (no vector build), vector and scalar builds, rows over a middle dim, split rows, chains of
 two reductions, fp16/bf16 with fp32 math, and rows of NaN and inf."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, write_problem
+from emulator import GXX, emulated_model, write_problem
 from torchweld.codegen.reduce import generator
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
