@@ -74,7 +74,11 @@ def build(cuda: str) -> ctypes.CDLL:
 
 def emulated_model(problem_path: Path, workdir: Path | None = None, vec: bool = True):
     """(ModelNew class running on the emulator, the compile result); vec=False: the scalar builds."""
-    result = compile_problem(load_problem(problem_path))
+    return emulate(compile_problem(load_problem(problem_path)), workdir, vec)
+
+
+def emulate(result, workdir: Path | None = None, vec: bool = True):
+    """emulated_model for a problem already compiled (`result`: what compile_problem returned)."""
     src = result.source
     src = src.replace("_LIB = _tw_build() if torch.cuda.is_available() else None", "_LIB = None")
     src = re.sub(r" or not \w+\.is_cuda", "", src)
@@ -83,7 +87,7 @@ def emulated_model(problem_path: Path, workdir: Path | None = None, vec: bool = 
     # the launchers get the tensors themselves, so that each launch can run on guarded copies
     src = re.sub(r"_LIB\.tw_launch_\w+\(.*", lambda m: re.sub(r"(\w+)\.data_ptr\(\)(?=[,)])", r"\1", m[0]), src)
     workdir = Path(workdir or tempfile.mkdtemp())
-    path = workdir / f"{problem_path.stem}_emu.py"
+    path = workdir / f"{result.problem.path.stem}_emu.py"
     path.write_text(src)
     module = load_module(path, src, prefix="tw_emu")
     module._LIB = Launchers(build(module._CUDA_SRC), module._KERNEL_ARGS, vec)
