@@ -102,7 +102,6 @@ struct Fiber {
   bool done = false;
   const Barrier* wait = nullptr;  // runnable again once wait->gen != gen
   unsigned long gen = 0;
-  const char* where = nullptr;
 };
 
 struct Warp {
@@ -133,10 +132,9 @@ inline void fail(const char* what) {
 
 inline void yield() { cur->ctx.to(sched); }
 
-inline void wait(const Barrier& b, const char* where) {
+inline void wait(const Barrier& b) {
   cur->wait = &b;
   cur->gen = b.gen;
-  cur->where = where;
   yield();
 }
 
@@ -282,7 +280,7 @@ template <typename T> T exchange(unsigned mask, T v, unsigned src) {
   if (w.bar.arrive()) {
     for (unsigned l = 0; l < w.lanes; ++l) w.out[l] = w.src[l] < w.lanes ? w.in[w.src[l]] : ~0ull;
   } else {
-    wait(w.bar, "shuffle");
+    wait(w.bar);
   }
   T r;
   memcpy(&r, &w.out[lane], sizeof(T));
@@ -299,7 +297,7 @@ inline int cudaGetLastError() {
 inline const char* cudaGetErrorString(int e) { return e ? tw_emu::message : "no error"; }
 
 inline void __syncthreads() {
-  if (!tw_emu::block.arrive()) tw_emu::wait(tw_emu::block, "__syncthreads");
+  if (!tw_emu::block.arrive()) tw_emu::wait(tw_emu::block);
 }
 
 template <typename T> T __shfl_xor_sync(unsigned mask, T v, int m) {
