@@ -197,6 +197,20 @@ class Guarded:
         return ", ".join(bad)
 
 
+def mismatch(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float | None = None) -> str:
+    """'' where `got` is `want` (shape and dtype equal, floats within tolerance and NaN where it has
+    NaN, other dtypes exactly); else the first places that differ, with both values."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{tuple(got.shape)} {got.dtype}, want {tuple(want.shape)} {want.dtype}"
+    g, w = got.double(), want.double()
+    close = torch.isclose(g, w, rtol=rtol, atol=rtol if atol is None else atol, equal_nan=True) \
+        if want.is_floating_point() else g == w
+    if close.all():
+        return ""
+    where = (~close).nonzero()[:3].tolist()
+    return f"at {where} got {[g[tuple(i)].item() for i in where]}, want {[w[tuple(i)].item() for i in where]}"
+
+
 def force_conv_layout(model, channels_last: bool) -> None:
     """Make every `_tw_conv` site of an emulated ModelNew run channels-last (channels_last_3d for a
     3-d convolution), or as the original does, without measuring (which needs a GPU)."""

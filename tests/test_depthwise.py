@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from emulator import GXX, emulate, write_problem
+from emulator import GXX, emulate, mismatch, write_problem
 from helpers import NVCC, Fn, kernels, nvcc_errors
 from torchweld.capture import capture
 from torchweld.tiling import SMEM_BUDGET, Geometry, tiling
@@ -317,16 +317,8 @@ def test_kernels_match_pytorch_on_the_emulator(every_case, tmp_path):
         got = new(*[t.clone() for t in inputs])
     lib = type(new).forward.__globals__["_LIB"]
     assert len(lib.launched) == len(result.plan.kernels)
-    bad = []
-    for i, (g, w) in enumerate(zip(got, want)):
-        w = w.to(g.dtype).float()
-        g = g.float()
-        tol = 1e-4 if got[i].dtype == torch.float32 else 1e-2
-        if g.shape != w.shape or not torch.allclose(g, w, atol=tol, rtol=tol, equal_nan=True) \
-                or not torch.equal(g.isnan(), w.isnan()):
-            where = (~torch.isclose(g, w, atol=tol, rtol=tol, equal_nan=True)).nonzero()[:3].tolist()
-            bad.append(f"output {i} {tuple(w.shape)}: first mismatches at {where}: "
-                       f"got {[g[tuple(j)].item() for j in where]}, want {[w[tuple(j)].item() for j in where]}")
+    bad = [f"output {i}: {m}" for i, (g, w) in enumerate(zip(got, want))
+           if (m := mismatch(g, w.to(g.dtype), 1e-4 if g.dtype == torch.float32 else 1e-2))]
     assert not bad, "\n".join(bad)
     special = got[-1]
     assert special.isnan().any() and special.isinf().any()

@@ -11,11 +11,9 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from emulator import GXX, emulated_model, write_problem
+from emulator import GXX, emulated_model, mismatch, write_problem
 from pool_sweep import SWEEP, sweep_exprs, sweep_source
-from torchweld.ir import POOL
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
@@ -55,13 +53,8 @@ def test_sweep_on_the_emulator(tmp_path, dtype, channels_last):
             want = [w.to(inputs[0].dtype) for w in ref32(*[t.float() for t in inputs])]
             got = new(*[t.clone() for t in inputs])
         tol = TOL[getattr(torch, dtype)]
-        for i, (g, w) in enumerate(zip(got, want)):
-            g, w = g.float(), w.float()
-            ok = g.shape == w.shape and torch.allclose(g, w, atol=tol, rtol=tol, equal_nan=True)
-            if not (ok and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf())):
-                where = (~torch.isclose(g, w, atol=tol, rtol=tol, equal_nan=True)).nonzero()[:3].tolist() \
-                    if g.shape == w.shape else f"shape {tuple(g.shape)} vs {tuple(w.shape)}"
-                bad.append(f"trial {trial} output {i} ({sweep_exprs()[i]}): at {where}")
+        bad += [f"trial {trial} output {i} ({sweep_exprs()[i]}): {m}" for i, (g, w) in enumerate(zip(got, want))
+                if (m := mismatch(g, w, tol))]
     assert not bad, "\n".join(bad)
 
 
@@ -194,11 +187,6 @@ def test_settings_match_torch(tmp_path, group):
     with torch.no_grad():
         want = namespace["Model"]()(*inputs)
         got = new(*[t.clone() for t in inputs])
-    bad = []
-    for i, (g, w) in enumerate(zip(got, want)):
-        ok = g.shape == w.shape and torch.allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
-        if not (ok and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf())):
-            where = (~torch.isclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)).nonzero()[:3].tolist() \
-                if g.shape == w.shape else f"shape {tuple(g.shape)} vs {tuple(w.shape)}"
-            bad.append(f"{settings[i][0].format(v='x')} over {settings[i][1]}: at {where}")
+    bad = [f"{expr.format(v='x')} over {shape}: {m}" for (expr, shape, _), g, w in zip(settings, got, want)
+           if (m := mismatch(g, w, 1e-5, 1e-6))]
     assert not bad, "\n".join(bad)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from emulator import GXX, emulated_model, write_problem
+from emulator import GXX, emulated_model, mismatch, write_problem
 from torchweld.codegen.reduce import generator
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
@@ -77,16 +77,7 @@ def run(tmp_path, exprs: dict, shape: tuple, dtype="float32", vec=True, special=
         want = namespace["Model"]()(x.clone())
         got = new_cls()(x.clone())
     tol = 1e-4 if dtype == "float32" else 1e-2
-    bad = []
-    for name, g, w in zip(exprs, got, want):
-        if not w.dtype.is_floating_point:
-            ok = torch.equal(g, w)
-        else:
-            ok = torch.allclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True) and torch.equal(
-                g.isnan(), w.isnan())
-        if not ok:
-            where = (~torch.isclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True)).nonzero()[:3].tolist()
-            bad.append(f"{name}: at {where} got {[g[tuple(i)].item() for i in where]} want {[w[tuple(i)].item() for i in where]}")
+    bad = [f"{name}: {m}" for name, g, w in zip(exprs, got, want) if (m := mismatch(g, w, tol))]
     return bad, result
 
 
