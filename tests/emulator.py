@@ -28,7 +28,7 @@ from torchweld.problem import load_module, load_problem
 
 EMU = Path(__file__).parent / "emu"
 GXX = shutil.which("g++")
-FLAGS = ["-std=c++20", "-O1", "-fno-strict-aliasing", "-shared", "-fPIC", "-w"]
+FLAGS = ["-std=c++20", "-O1", "-fno-strict-aliasing", "-fno-gnu-unique", "-shared", "-fPIC", "-w"]  # NOTE: no-gnu-unique: each library its own statics
 _LAUNCH = re.compile(r"(\w+)(<\d+>)?<<<([^,]+), ([^,]+), 0, [^>]+>>>\((.*)\);")
 _BOUNDS = re.compile(r"__launch_bounds__\((\d+)\)\s+(\w+)\(")
 _SHARED = re.compile(r"__shared__ ((?:__align__\(\d+\) )?\w+) (\w+)((?:\[[^\]]+\])+);")
@@ -56,16 +56,16 @@ def emu_source(cuda: str) -> str:
     return src
 
 
-def build(cuda: str) -> ctypes.CDLL:
-    """The emulated library of a CUDA source (built once per content for the session)."""
+def build(cuda: str, *flags: str) -> ctypes.CDLL:
+    """The emulated library of a CUDA source (built once per content and flags for the session)."""
     src = emu_source(cuda)
-    key = hashlib.sha256((src + (EMU / "cuda_runtime.h").read_text()).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([src, (EMU / "cuda_runtime.h").read_text(), *flags]).encode()).hexdigest()[:16]
     lib = _CACHE / f"emu_{key}.so"
     if not lib.exists():
         cc = lib.with_suffix(".cc")
         cc.write_text(src)
         tmp = lib.with_suffix(".tmp")
-        proc = subprocess.run([GXX, *FLAGS, f"-I{EMU}", str(cc), "-o", str(tmp)], capture_output=True, text=True)
+        proc = subprocess.run([GXX, *FLAGS, *flags, f"-I{EMU}", str(cc), "-o", str(tmp)], capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"g++ failed on {cc}:\n{proc.stderr[-3000:]}")
         tmp.rename(lib)

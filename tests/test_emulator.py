@@ -66,10 +66,12 @@ def _launcher(name: str, launch: str) -> str:
             "  return (int)cudaGetLastError();\n}\n")
 
 
-@pytest.fixture(scope="module")
-def lib():
+@pytest.fixture(scope="module", params=["switch", "ucontext"])
+def lib(request):
+    """The launchers, fibers switched by the x86-64 routine or by the portable swapcontext."""
     src = SOURCE + "".join(_launcher(name, launch) for name, launch in LAUNCHES.items())
-    return Launchers(build(src), dict.fromkeys(LAUNCHES, 2), vec=True)
+    flags = ["-DTW_EMU_UCONTEXT"] if request.param == "ucontext" else []
+    return Launchers(build(src, *flags), dict.fromkeys(LAUNCHES, 2), vec=True)
 
 
 def _run(lib, kernel, n=192):

@@ -23,19 +23,26 @@
 #define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 { unsigned x = 0, y = 0, z = 0; };
-inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+static dim3 threadIdx, blockIdx, blockDim, gridDim;  // NOTE: static: each library its own
 typedef void* cudaStream_t;
 typedef int cudaError_t;
 
+#if defined(__x86_64__) && defined(__ELF__) && !defined(TW_EMU_UCONTEXT)
+#define TW_EMU_SWITCH
+// Saves the callee-saved registers on the current stack, stores its pointer, loads another.
+extern "C" void tw_emu_switch(void** save, void* load);
+#endif
+
+// NOTE: an unnamed namespace: two emulated libraries in one process share nothing (inline variables
+// would be unified across them by the dynamic linker).
 namespace tw_emu {
+namespace {
 
 constexpr unsigned MAX_THREADS = 1024;
 constexpr size_t STACK = 256 * 1024;
 constexpr int ERROR = 719;  // cudaErrorLaunchFailure
 
-#if defined(__x86_64__) && !defined(TW_EMU_UCONTEXT)
-// Saves the callee-saved registers on the current stack, stores its pointer, loads another.
-extern "C" void tw_emu_switch(void** save, void* load);
+#ifdef TW_EMU_SWITCH
 asm(R"(
   .text
   .globl tw_emu_switch
@@ -110,18 +117,18 @@ struct Warp {
   unsigned long long in[32], out[32];
 };
 
-inline Context sched;
-inline Fiber fibers[MAX_THREADS];
-inline Warp warps[MAX_THREADS / 32];
-inline Barrier block;
-inline Fiber* cur = nullptr;
-inline void (*body)(void*) = nullptr;
-inline void* body_arg = nullptr;
-inline const char* kernel = "";
-inline unsigned long serial = 0;  // blocks run so far: a `__shared__` array is poisoned once each
-inline int error = 0;
-inline char message[512] = "no error";
-inline char altstack[64 * 1024];
+Context sched;
+Fiber fibers[MAX_THREADS];
+Warp warps[MAX_THREADS / 32];
+Barrier block;
+Fiber* cur = nullptr;
+void (*body)(void*) = nullptr;
+void* body_arg = nullptr;
+const char* kernel = "";
+unsigned long serial = 0;  // blocks run so far: a `__shared__` array is poisoned once each
+int error = 0;
+char message[512] = "no error";
+char altstack[64 * 1024];
 
 inline void fail(const char* what) {
   if (error) return;
@@ -287,46 +294,47 @@ template <typename T> T exchange(unsigned mask, T v, unsigned src) {
   return r;
 }
 
+}  // namespace
 }  // namespace tw_emu
 
-inline int cudaGetLastError() {
+static inline int cudaGetLastError() {
   const int e = tw_emu::error;
   tw_emu::error = 0;
   return e;
 }
-inline const char* cudaGetErrorString(int e) { return e ? tw_emu::message : "no error"; }
+static inline const char* cudaGetErrorString(int e) { return e ? tw_emu::message : "no error"; }
 
-inline void __syncthreads() {
+static inline void __syncthreads() {
   if (!tw_emu::block.arrive()) tw_emu::wait(tw_emu::block);
 }
 
-template <typename T> T __shfl_xor_sync(unsigned mask, T v, int m) {
+template <typename T> static T __shfl_xor_sync(unsigned mask, T v, int m) {
   return tw_emu::exchange(mask, v, (threadIdx.x % 32) ^ (unsigned)m);
 }
-template <typename T> T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+template <typename T> static T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   const unsigned lane = threadIdx.x % 32;
   return tw_emu::exchange(mask, v, lane % width >= delta ? lane - delta : lane);
 }
-template <typename T> T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+template <typename T> static T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
   const unsigned lane = threadIdx.x % 32;
   return tw_emu::exchange(mask, v, (lane / width) * width + (unsigned)src % width);
 }
 
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
-inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 
 struct __half { _Float16 h; };
-inline float __half2float(__half x) { return (float)x.h; }
-inline __half __float2half_rn(float f) { return __half{(_Float16)f}; }
+static inline float __half2float(__half x) { return (float)x.h; }
+static inline __half __float2half_rn(float f) { return __half{(_Float16)f}; }
 struct __nv_bfloat16 { unsigned short b; };
-inline float __bfloat162float(__nv_bfloat16 x) {
+static inline float __bfloat162float(__nv_bfloat16 x) {
   unsigned u = (unsigned)x.b << 16;
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
-inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   unsigned u;
   memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((u >> 16) | 0x40)};
