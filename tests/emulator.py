@@ -6,7 +6,8 @@ rules without a GPU.
 Every value a kernel should not read is poison (0xff bytes: NaN in any float type): a tensor from
 torch.empty*, a `__shared__` array at the start of each block, the bytes around each launch's copy
 of its operands; pages past those copies are unmapped. An element read before it is written, or
-outside its tensor, shows in the results; a write outside, or a read far outside, fails the launch.
+just outside its tensor, is NaN in whatever it reaches; a write outside, or a read further out,
+fails the launch.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from torchweld.problem import load_module, load_problem
 
 EMU = Path(__file__).parent / "emu"
 GXX = shutil.which("g++")
-FLAGS = ["-std=c++20", "-O1", "-fno-strict-aliasing", "-fno-gnu-unique", "-shared", "-fPIC", "-w"]  # NOTE: no-gnu-unique: each library its own statics
+# NOTE: -fno-gnu-unique: each library keeps its own statics (the dynamic linker shares GNU-unique ones)
+FLAGS = ["-std=c++20", "-O1", "-fno-strict-aliasing", "-fno-gnu-unique", "-shared", "-fPIC", "-w"]
 _LAUNCH = re.compile(r"(\w+)(<\d+>)?<<<([^,]+), ([^,]+), 0, [^>]+>>>\((.*)\);")
 _BOUNDS = re.compile(r"__launch_bounds__\((\d+)\)\s+(\w+)\(")
 _SHARED = re.compile(r"__shared__ ((?:__align__\(\d+\) )?\w+) (\w+)((?:\[[^\]]+\])+);")

@@ -181,15 +181,17 @@ CASES = [  # (outputs, input shapes, parameter shapes, dtype): one case, one dep
     (["conv(x, self.w, None, 2, 3) - 1.0"], [(2, C, 11, 12)], {"w": (C, 1, 3, 3)}),
     (["torch.tanh(conv(x, self.w, self.b))"], [(2, C, 8, 8)], {"w": (C, 1, 1, 1), "b": (C,)}),
     (["F.elu(conv(x, self.w, self.b, (1, 2), (1, 2), (2, 1)))"], [(2, C, 17, 19)], {"w": (C, 1, 3, 5), "b": (C,)}),
-    (["torch.relu(conv(x, self.w, self.b, padding=4)) + x"], [(1, 2, 20, 24)],  # 81 taps: weights per tap from shared memory
-     {"w": (2, 1, 9, 9), "b": (2,)}),
+    # 81 taps: weights per tap from shared memory
+    (["torch.relu(conv(x, self.w, self.b, padding=4)) + x"], [(1, 2, 20, 24)], {"w": (2, 1, 9, 9), "b": (2,)}),
     (["torch.relu(conv(x, self.w, None, 2, 1, 2))"], [(1, 2, 25, 27)], {"w": (4, 1, 9, 9)}),
-    (["F.hardswish(conv(x, self.w, self.b, padding=1))"], [(1, 2, 70, 300)], {"w": (2, 1, 3, 3), "b": (2,)}),  # tiles across and down
-    (["conv(x, self.w, self.b, 2, 3)"], [(1, 1, 230, 230)], {"w": (1, 1, 7, 7), "b": (1,)}),  # tiles shrunk for shared memory
-    (["F.relu6(conv(x, self.w, self.b, padding=1))"], [(2, 37, 7, 7)], {"w": (37, 1, 3, 3), "b": (37,)}),  # planes share blocks
+    # tiles across and down; tiles shrunk for shared memory; planes share blocks
+    (["F.hardswish(conv(x, self.w, self.b, padding=1))"], [(1, 2, 70, 300)], {"w": (2, 1, 3, 3), "b": (2,)}),
+    (["conv(x, self.w, self.b, 2, 3)"], [(1, 1, 230, 230)], {"w": (1, 1, 7, 7), "b": (1,)}),
+    (["F.relu6(conv(x, self.w, self.b, padding=1))"], [(2, 37, 7, 7)], {"w": (37, 1, 3, 3), "b": (37,)}),
     (["conv(x, self.w)"], [(2, 5, 5, 5)], {"w": (5, 1, 3, 3)}),  # 3x3 outputs
     (["conv(x, self.w) + 1.0"], [(2, 5, 3, 3)], {"w": (10, 1, 3, 3)}),  # 1x1 outputs, multiplier 2
-    (["F.silu(conv(x, self.w, self.b, padding=1))"], [(2, C, 11, 13)], {"w": (4 * C, 1, 3, 3), "b": (4 * C,)}),  # multiplier 4
+    (["F.silu(conv(x, self.w, self.b, padding=1))"], [(2, C, 11, 13)],  # multiplier 4
+     {"w": (4 * C, 1, 3, 3), "b": (4 * C,)}),
     (["(y := conv(x, self.w, self.b, padding=1))", "torch.relu(y) * self.g"], [(2, C, 10, 10)],
      {"w": (C, 1, 3, 3), "b": (C,), "g": (C, 1, 1)}),
     (["z * torch.sigmoid(conv(x, self.w, None, padding=3) * self.g + self.h)"], [(2, C, 12, 12), (2, C, 12, 12)],
@@ -209,9 +211,9 @@ CASES = [  # (outputs, input shapes, parameter shapes, dtype): one case, one dep
     (["torch.relu(conv(x, self.w, self.b, 2, 1)[..., 1:, :-1])"], [(2, C, 17, 16)], {"w": (C, 1, 3, 3), "b": (C,)}),
     (["torch.exp(conv1(x, self.w, self.b, dilation=2)[..., 3:])"], [(2, 4, 40)], {"w": (4, 1, 3), "b": (4,)}),
     (["x + F.silu(conv(x, self.w, self.b, padding=3))"], [(1, 2, 13, 17)], {"w": (2, 1, 7, 7), "b": (2,)}, "bfloat16"),
-    (["x + torch.relu(conv(x, self.w, self.b, padding=1))"], [(2, 3, 9, 10)], {"w": (3, 1, 3, 3), "b": (3,)}),  # NaN, inf
+    # NOTE: last: its input holds NaN, +-inf, 3e38 and -0.0 (_special)
+    (["x + torch.relu(conv(x, self.w, self.b, padding=1))"], [(2, 3, 9, 10)], {"w": (3, 1, 3, 3), "b": (3,)}),
 ]
-SPECIAL = len(CASES) - 1  # the case whose input holds NaN, +-inf, 3e38 and -0.0
 
 PROBLEM = """\"\"\"Every depthwise case as a submodule of one model.\"\"\"
 import torch
@@ -276,8 +278,7 @@ def test_every_case_is_one_depthwise_kernel(every_case):
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_nvcc_compiles_every_mode(every_case, tmp_path):
     """Vector and scalar segments, per-tap weights, several planes a block, fp16/bf16, 64-bit indices."""
-    big = _big_index_plan()
-    plans = {"cases": every_case[1].plan, "big_index": big}
+    plans = {"cases": every_case[1].plan, "big_index": _big_index_plan()}
     errors = nvcc_errors({name: module_source(list(p.kernels), p.graph) for name, p in plans.items()}, tmp_path / "dw.cu")
     assert not errors, errors
 
