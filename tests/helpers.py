@@ -1,5 +1,10 @@
-"""Build IR graphs from small modules, for the compiler's CPU tests."""
+"""Build IR graphs from small modules, and compile CUDA sources with nvcc, for the compiler's CPU tests."""
 from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -57,3 +62,38 @@ def special_values(shape) -> torch.Tensor:
     k = min(numel, SPECIAL.numel())
     flat[:k] = SPECIAL[:k]
     return flat[torch.randperm(numel)].reshape(shape)
+
+
+NVCC = shutil.which("nvcc")
+_EXTERN_C = re.compile(r'extern "C" [^(;]*?\b(\w+)\(')
+
+
+def nvcc_errors(sources: dict[str, str], cu: Path) -> dict[str, str]:
+    """Compile CUDA sources for sm_90 (device and host code) as one translation unit written to `cu`,
+    each in a namespace of its own with its extern "C" names made unique: nvcc's fixed cost is paid
+    once, not per source. The errors, by the name of the source they fall in (all where unknown)."""
+    includes, parts, spans = [], [], []
+    for i, (name, src) in enumerate(sources.items()):
+        body = [line for line in src.splitlines() if not line.startswith("#include")]
+        includes += [line for line in src.splitlines() if line.startswith("#include") and line not in includes]
+        text = "\n".join(body)
+        for fn in set(_EXTERN_C.findall(text)):
+            text = re.sub(rf"\b{fn}\b", f"{fn}_{i}", text)
+        parts.append(f"namespace twsrc{i} {{  // {name}\n{text}\n}}  // namespace twsrc{i}\n")
+    line = len(includes) + 1
+    for part in parts:
+        spans.append((line, line + part.count("\n")))
+        line = spans[-1][1]
+    cu.write_text("\n".join(includes) + "\n" + "".join(parts))
+    proc = subprocess.run([NVCC, "-arch=sm_90", "-O3", "-c", str(cu), "-o", str(cu.with_suffix(".o"))],
+                          capture_output=True, text=True)
+    if proc.returncode == 0:
+        return {}
+    names, errors = list(sources), {}
+    for err in (line for line in proc.stderr.splitlines() if "error" in line):
+        at = re.search(rf"{re.escape(cu.name)}[(:](\d+)", err)
+        ns = re.search(r"twsrc(\d+)", err)
+        hit = [names[int(ns[1])]] if ns else [n for n, (a, b) in zip(names, spans) if at and a <= int(at[1]) < b]
+        for name in hit:
+            errors[name] = errors.get(name, "") + err + "\n"
+    return errors or dict.fromkeys(names, proc.stderr[-2000:])

@@ -1,6 +1,6 @@
 """Per-channel ops after a convolution folded into its weight and bias (torchweld/conv_fold.py): where the
 rewrite fires and where it must not, the folded graph against the captured one, and the emitted file on
-the CPU (kernels on the emulator of tests/cuda_emu.py, convolutions in PyTorch) against eager, folding
+the CPU (kernels on the emulator of tests/emulator.py, convolutions in PyTorch) against eager, folding
 again after load_state_dict and in-place updates of the statistics."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from cuda_emu import GXX, emulated_model, write_problem
+from emulator import GXX, emulated_model, write_problem
 from helpers import Fn
 from torchweld.capture import capture
 from torchweld.simplify.conv_fold import FOLD

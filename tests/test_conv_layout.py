@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuda_emu import GXX, emulated_model, force_conv_layout, write_problem
+from emulator import GXX, emulated_model, force_conv_layout, write_problem
 from helpers import kernels
 from torchweld.tiling import channels_last_tile
 from torchweld.plan.conv_layout import conv_layouts

@@ -1,8 +1,8 @@
 """Depthwise convolutions: capture to the anchor, kernel plans, tiling, emitted source, and the
-generated kernels run on the host (g++) against PyTorch over many shapes. No GPU needed."""
+generated kernels built by nvcc and run on the CPU emulator against PyTorch over many shapes. No GPU needed."""
 from __future__ import annotations
 
-import shutil
+import copy
 from pathlib import Path
 
 import pytest
@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dw_host import GXX, SENTINEL, run_on_host
-from helpers import Fn, kernels
+from emulator import GXX, emulate, mismatch, write_problem
+from helpers import NVCC, Fn, kernels, nvcc_errors
 from torchweld.capture import capture
 from torchweld.tiling import SMEM_BUDGET, Geometry, tiling
 from torchweld.codegen import module_source
@@ -21,7 +21,6 @@ from torchweld.problem import load_problem
 from torchweld.simplify import simplify
 
 ROOT = Path(__file__).resolve().parents[1]
-NVCC = shutil.which("nvcc")
 
 
 def _kinds(p):
@@ -168,106 +167,126 @@ def test_wrapper_hands_the_kernel_contiguous_input_and_weight():
     assert "_tw_layout(a_" + x.name not in src
 
 
+# --- every mode, built by nvcc and run on the CPU emulator against PyTorch ----------------------
+
+C = 3
+CASES = [  # (outputs, input shapes, parameter shapes, dtype): one case, one depthwise kernel
+    (["torch.relu(conv(x, self.w, self.b, padding=1))"], [(2, C, 16, 16)], {"w": (C, 1, 3, 3), "b": (C,)}),
+    (["conv(x, self.w, None, 2, 1)"], [(2, 4, 15, 21)], {"w": (4, 1, 3, 3)}),
+    (["F.gelu(conv(x, self.w, self.b, padding=2))"], [(2, C, 19, 23)], {"w": (2 * C, 1, 5, 5), "b": (2 * C,)}),
+    (["x + F.gelu(conv(x, self.w, self.b, padding=4, dilation=2))"], [(2, C, 20, 20)], {"w": (C, 1, 5, 5), "b": (C,)}),
+    (["x + F.silu(conv(x, self.w, self.b, padding=3))"], [(2, C, 13, 17)], {"w": (C, 1, 7, 7), "b": (C,)}),
+    (["torch.sigmoid(conv(x, self.w, self.b, 2))"], [(2, C, 30, 31)], {"w": (C, 1, 7, 7), "b": (C,)}),
+    (["conv(x, self.w, self.b, dilation=2) * 0.5"], [(1, 2, 9, 9)], {"w": (4, 1, 3, 3), "b": (4,)}),
+    (["conv(x, self.w, None, 2, 3) - 1.0"], [(2, C, 11, 12)], {"w": (C, 1, 3, 3)}),
+    (["torch.tanh(conv(x, self.w, self.b))"], [(2, C, 8, 8)], {"w": (C, 1, 1, 1), "b": (C,)}),
+    (["F.elu(conv(x, self.w, self.b, (1, 2), (1, 2), (2, 1)))"], [(2, C, 17, 19)], {"w": (C, 1, 3, 5), "b": (C,)}),
+    # 81 taps: weights per tap from shared memory
+    (["torch.relu(conv(x, self.w, self.b, padding=4)) + x"], [(1, 2, 20, 24)], {"w": (2, 1, 9, 9), "b": (2,)}),
+    (["torch.relu(conv(x, self.w, None, 2, 1, 2))"], [(1, 2, 25, 27)], {"w": (4, 1, 9, 9)}),
+    # tiles across and down; tiles shrunk for shared memory; planes share blocks
+    (["F.hardswish(conv(x, self.w, self.b, padding=1))"], [(1, 2, 70, 300)], {"w": (2, 1, 3, 3), "b": (2,)}),
+    (["conv(x, self.w, self.b, 2, 3)"], [(1, 1, 230, 230)], {"w": (1, 1, 7, 7), "b": (1,)}),
+    (["F.relu6(conv(x, self.w, self.b, padding=1))"], [(2, 37, 7, 7)], {"w": (37, 1, 3, 3), "b": (37,)}),
+    (["conv(x, self.w)"], [(2, 5, 5, 5)], {"w": (5, 1, 3, 3)}),  # 3x3 outputs
+    (["conv(x, self.w) + 1.0"], [(2, 5, 3, 3)], {"w": (10, 1, 3, 3)}),  # 1x1 outputs, multiplier 2
+    (["F.silu(conv(x, self.w, self.b, padding=1))"], [(2, C, 11, 13)],  # multiplier 4
+     {"w": (4 * C, 1, 3, 3), "b": (4 * C,)}),
+    (["(y := conv(x, self.w, self.b, padding=1))", "torch.relu(y) * self.g"], [(2, C, 10, 10)],
+     {"w": (C, 1, 3, 3), "b": (C,), "g": (C, 1, 1)}),
+    (["z * torch.sigmoid(conv(x, self.w, None, padding=3) * self.g + self.h)"], [(2, C, 12, 12), (2, C, 12, 12)],
+     {"w": (C, 1, 7, 7), "g": (C, 1, 1), "h": (1, C, 1, 1)}),
+    (["F.silu(conv1(x, self.w, self.b, padding=3))"], [(2, 6, 33)], {"w": (6, 1, 4), "b": (6,)}),
+    (["F.silu(conv1(x, self.w, self.b, padding=15))"], [(2, 4, 100)], {"w": (4, 1, 31), "b": (4,)}),
+    (["conv1(x, self.w, None, 2, 1)"], [(2, C, 29)], {"w": (2 * C, 1, 3)}),
+    (["torch.relu(conv1(x, self.w, self.b, padding=32))"], [(1, 2, 150)], {"w": (2, 1, 65), "b": (2,)}),
+    (["x * conv1(x, self.w, self.b, padding=6, dilation=3)"], [(2, C, 40)], {"w": (C, 1, 5), "b": (C,)}),
+    (["F.silu(conv(x, self.w, self.b, padding=1))"], [(2, 8, 14, 14)], {"w": (8, 1, 3, 3), "b": (8,)}, "float16"),
+    (["torch.relu(conv(x, self.w, self.b, 2, 2))"], [(2, 4, 17, 18)], {"w": (4, 1, 5, 5), "b": (4,)}, "bfloat16"),
+    (["x + F.silu(conv1(x, self.w, self.b, padding=3)[..., :-3])"], [(2, 6, 33)],  # causal: the slice folds in
+     {"w": (6, 1, 4), "b": (6,)}, "float16"),
+    (["x + F.silu(conv1(x, self.w, self.b, padding=3)[:, :, :x.shape[-1]])"], [(2, 6, 37)], {"w": (6, 1, 4), "b": (6,)}),
+    (["x[:, :, 1:-3, 2:] * torch.sigmoid(conv(x, self.w, self.b, padding=2)[:, :, 1:-3, 2:])"], [(2, C, 15, 14)],
+     {"w": (C, 1, 5, 5), "b": (C,)}),  # the residual is a strided view
+    (["torch.relu(conv(x, self.w, self.b, 2, 1)[..., 1:, :-1])"], [(2, C, 17, 16)], {"w": (C, 1, 3, 3), "b": (C,)}),
+    (["torch.exp(conv1(x, self.w, self.b, dilation=2)[..., 3:])"], [(2, 4, 40)], {"w": (4, 1, 3), "b": (4,)}),
+    (["x + F.silu(conv(x, self.w, self.b, padding=3))"], [(1, 2, 13, 17)], {"w": (2, 1, 7, 7), "b": (2,)}, "bfloat16"),
+    # NOTE: last: its input holds NaN, +-inf, 3e38 and -0.0 (_special)
+    (["x + torch.relu(conv(x, self.w, self.b, padding=1))"], [(2, 3, 9, 10)], {"w": (3, 1, 3, 3), "b": (3,)}),
+]
+
+PROBLEM = """\"\"\"Every depthwise case as a submodule of one model.\"\"\"
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def conv(x, w, b=None, stride=1, padding=0, dilation=1):
+    return F.conv2d(x, w, b, stride, padding, dilation, x.shape[1])
+
+
+def conv1(x, w, b=None, stride=1, padding=0, dilation=1):
+    return F.conv1d(x, w, b, stride, padding, dilation, x.shape[1])
+
+{cases}
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+{members}
+
+    def forward(self, {args}):
+        return ({calls})
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _problem_source() -> str:
+    classes, calls, inputs, n = [], [], [], 0
+    for i, (outs, shapes, params, *dtype) in enumerate(CASES):
+        dt = dtype[0] if dtype else "float32"
+        names = [f"x{n + j}" for j in range(len(shapes))]
+        n += len(shapes)
+        init = "".join(f"        self.{p} = nn.Parameter(torch.randn({s}, dtype=torch.{dt}))\n" for p, s in params.items())
+        classes.append(f"\nclass Case{i}(nn.Module):\n    def __init__(self):\n        super().__init__()\n{init}\n"
+                       f"    def forward(self, {', '.join('xz'[:len(shapes)])}):\n        return ({', '.join(outs)},)\n\n")
+        calls.append(f"self.c{i}({', '.join(names)})")
+        inputs += [f"torch.randn({s}, dtype=torch.{dt})" for s in shapes]
+    return PROBLEM.format(cases="".join(classes), args=", ".join(f"x{j}" for j in range(n)),
+                          members="\n".join(f"        self.c{i} = Case{i}()" for i in range(len(CASES))),
+                          calls="\n            + ".join(calls), inputs=", ".join(inputs))
+
+
+@pytest.fixture(scope="module")
+def every_case(tmp_path_factory):
+    """(problem file, compile result) of the model holding every case."""
+    path = write_problem(tmp_path_factory.mktemp("dw"), "depthwise_cases", _problem_source())
+    return path, compile_problem(load_problem(path))
+
+
+def test_every_case_is_one_depthwise_kernel(every_case):
+    _, result = every_case
+    assert [k.kind for k in result.plan.kernels].count("depthwise") == len(CASES), describe(result.plan)
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
-def test_nvcc_compiles_every_mode(tmp_path):
+def test_nvcc_compiles_every_mode(every_case, tmp_path):
     """Vector and scalar segments, per-tap weights, several planes a block, fp16/bf16, 64-bit indices."""
-    import subprocess
-
-    sources = []
-    for p, _, _ in _cases()[::3] + [_big_index_case()]:
-        sources.append(module_source(list(p.kernels), p.graph))
-    for i, src in enumerate(sources):
-        cu = tmp_path / f"dw{i}.cu"
-        cu.write_text(src)
-    procs = [subprocess.Popen([NVCC, "-arch=sm_90", "-O3", "-c", str(tmp_path / f"dw{i}.cu"), "-o",
-                               str(tmp_path / f"dw{i}.o")], stderr=subprocess.PIPE, text=True)
-             for i in range(len(sources))]
-    for proc in procs:
-        _, err = proc.communicate()
-        assert proc.returncode == 0, err[-2000:]
+    plans = {"cases": every_case[1].plan, "big_index": _big_index_plan()}
+    errors = nvcc_errors({name: module_source(list(p.kernels), p.graph) for name, p in plans.items()}, tmp_path / "dw.cu")
+    assert not errors, errors
 
 
-def _big_index_case():
+def _big_index_plan():
     """Outputs past 2^31 elements: 64-bit index arithmetic (the plan only; nothing runs)."""
-    p = plan(simplify(capture(Fn(lambda s, x: F.relu(_dw(s, x, padding=1)), w=torch.randn(64, 1, 3, 3), b=torch.randn(64)),
-                              [torch.empty(1024, 64, 200, 200, device="meta")])))
-    return p, None, None
-
-
-# --- the kernels run on the host against PyTorch --------------------------------------------
-
-def _case(fn, xs, dtype=torch.float32, **params):
-    xs = [x.to(dtype) for x in xs]
-    m = Fn(fn, **{k: v.to(dtype) for k, v in params.items()})
-    p = plan(simplify(capture(m, xs)))
-    return p, dict(m.named_parameters()), xs
-
-
-def _cases():
-    torch.manual_seed(0)
-    r = torch.randn
-    C = 3
-
-    def conv(stride=1, padding=0, dilation=1):
-        return lambda s, x: F.conv2d(x, s.w, getattr(s, "b", None), stride, padding, dilation, x.shape[1])
-
-    def conv1(stride=1, padding=0, dilation=1):
-        return lambda s, x: F.conv1d(x, s.w, getattr(s, "b", None), stride, padding, dilation, x.shape[1])
-
-    c = []
-    k = conv(padding=1)
-    c.append(_case(lambda s, x: torch.relu(k(s, x)), [r(2, C, 16, 16)], w=r(C, 1, 3, 3), b=r(C)))
-    k1 = conv(stride=2, padding=1)
-    c.append(_case(lambda s, x: k1(s, x), [r(2, 4, 15, 21)], w=r(4, 1, 3, 3)))
-    k2 = conv(padding=2)
-    c.append(_case(lambda s, x: F.gelu(k2(s, x)), [r(2, C, 19, 23)], w=r(2 * C, 1, 5, 5), b=r(2 * C)))
-    k3 = conv(padding=4, dilation=2)
-    c.append(_case(lambda s, x: x + F.gelu(k3(s, x)), [r(2, C, 20, 20)], w=r(C, 1, 5, 5), b=r(C)))
-    k4 = conv(padding=3)
-    c.append(_case(lambda s, x: x + F.silu(k4(s, x)), [r(2, C, 13, 17)], w=r(C, 1, 7, 7), b=r(C)))
-    k5 = conv(stride=2)
-    c.append(_case(lambda s, x: torch.sigmoid(k5(s, x)), [r(2, C, 30, 31)], w=r(C, 1, 7, 7), b=r(C)))
-    k6 = conv(dilation=2)
-    c.append(_case(lambda s, x: k6(s, x) * 0.5, [r(1, 2, 9, 9)], w=r(4, 1, 3, 3), b=r(4)))
-    k7 = conv(stride=2, padding=3)
-    c.append(_case(lambda s, x: k7(s, x) - 1.0, [r(2, C, 11, 12)], w=r(C, 1, 3, 3)))
-    c.append(_case(lambda s, x: torch.tanh(F.conv2d(x, s.w, s.b, groups=C)), [r(2, C, 8, 8)], w=r(C, 1, 1, 1), b=r(C)))
-    k8 = conv(stride=(1, 2), padding=(1, 2), dilation=(2, 1))
-    c.append(_case(lambda s, x: F.elu(k8(s, x)), [r(2, C, 17, 19)], w=r(C, 1, 3, 5), b=r(C)))
-    k9 = conv(padding=4)  # 81 taps: weights per tap from shared memory
-    c.append(_case(lambda s, x: torch.relu(k9(s, x)) + x, [r(1, 2, 20, 24)], w=r(2, 1, 9, 9), b=r(2)))
-    k10 = conv(stride=2, padding=1, dilation=2)
-    c.append(_case(lambda s, x: torch.relu(k10(s, x)), [r(1, 2, 25, 27)], w=r(4, 1, 9, 9)))
-    c.append(_case(lambda s, x: F.hardswish(k(s, x)), [r(1, 2, 70, 300)], w=r(2, 1, 3, 3), b=r(2)))  # tiles across and down
-    k11 = conv(stride=2, padding=3)
-    c.append(_case(lambda s, x: k11(s, x), [r(1, 1, 230, 230)], w=r(1, 1, 7, 7), b=r(1)))  # tiles shrunk for shared memory
-    c.append(_case(lambda s, x: F.relu6(k(s, x)), [r(2, 37, 7, 7)], w=r(37, 1, 3, 3), b=r(37)))  # planes share blocks
-    c.append(_case(lambda s, x: conv()(s, x), [r(2, 5, 5, 5)], w=r(5, 1, 3, 3)))  # 3x3 outputs
-    c.append(_case(lambda s, x: conv()(s, x) + 1.0, [r(2, 5, 3, 3)], w=r(10, 1, 3, 3)))  # 1x1 outputs, multiplier 2
-    c.append(_case(lambda s, x: F.silu(k(s, x)), [r(2, C, 11, 13)], w=r(4 * C, 1, 3, 3), b=r(4 * C)))  # multiplier 4
-    c.append(_case(lambda s, x: (lambda y: (y, torch.relu(y) * s.g))(k(s, x)), [r(2, C, 10, 10)], w=r(C, 1, 3, 3),
-                   b=r(C), g=r(C, 1, 1)))
-    c.append(_case(lambda s, x, z: z * torch.sigmoid(k4(s, x) * s.g + s.h), [r(2, C, 12, 12), r(2, C, 12, 12)],
-                   w=r(C, 1, 7, 7), g=r(C, 1, 1), h=r(1, C, 1, 1)))
-    c.append(_case(lambda s, x: F.silu(conv1(padding=3)(s, x)), [r(2, 6, 33)], w=r(6, 1, 4), b=r(6)))
-    c.append(_case(lambda s, x: F.silu(conv1(padding=15)(s, x)), [r(2, 4, 100)], w=r(4, 1, 31), b=r(4)))
-    c.append(_case(lambda s, x: conv1(stride=2, padding=1)(s, x), [r(2, C, 29)], w=r(2 * C, 1, 3)))
-    c.append(_case(lambda s, x: torch.relu(conv1(padding=32)(s, x)), [r(1, 2, 150)], w=r(2, 1, 65), b=r(2)))
-    c.append(_case(lambda s, x: x * conv1(padding=6, dilation=3)(s, x), [r(2, C, 40)], w=r(C, 1, 5), b=r(C)))
-    c.append(_case(lambda s, x: F.silu(k(s, x)), [r(2, 8, 14, 14)], torch.float16, w=r(8, 1, 3, 3), b=r(8)))
-    k12 = conv(stride=2, padding=2)
-    c.append(_case(lambda s, x: torch.relu(k12(s, x)), [r(2, 4, 17, 18)], torch.bfloat16, w=r(4, 1, 5, 5), b=r(4)))
-    c.append(_case(lambda s, x: x + F.silu(conv1(padding=3)(s, x)[..., :-3]), [r(2, 6, 33)], torch.float16,
-                   w=r(6, 1, 4), b=r(6)))  # causal: the slice folds into the convolution
-    c.append(_case(lambda s, x: x + F.silu(conv1(padding=3)(s, x)[:, :, :x.shape[-1]]), [r(2, 6, 37)], w=r(6, 1, 4),
-                   b=r(6)))
-    c.append(_case(lambda s, x: x[:, :, 1:-3, 2:] * torch.sigmoid(k2(s, x)[:, :, 1:-3, 2:]), [r(2, C, 15, 14)],
-                   w=r(C, 1, 5, 5), b=r(C)))  # the residual is a strided view
-    c.append(_case(lambda s, x: torch.relu(conv(stride=2, padding=1)(s, x)[..., 1:, :-1]), [r(2, C, 17, 16)],
-                   w=r(C, 1, 3, 3), b=r(C)))
-    c.append(_case(lambda s, x: torch.exp(conv1(dilation=2)(s, x)[..., 3:]), [r(2, 4, 40)], w=r(4, 1, 3), b=r(4)))
-    c.append(_case(lambda s, x: x + F.silu(k4(s, x)), [r(1, 2, 13, 17)], torch.bfloat16, w=r(2, 1, 7, 7), b=r(2)))
-    return c
+    return plan(simplify(capture(Fn(lambda s, x: F.relu(_dw(s, x, padding=1)), w=torch.randn(64, 1, 3, 3), b=torch.randn(64)),
+                                 [torch.empty(1024, 64, 200, 200, device="meta")])))
 
 
 def _special(shape):
@@ -279,25 +298,28 @@ def _special(shape):
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ not installed")
-def test_kernels_match_pytorch_on_the_host(tmp_path):
-    cases = _cases()
+def test_kernels_match_pytorch_on_the_emulator(every_case, tmp_path):
+    """Every case's outputs as eager's (fp16/bf16 cases: eager in fp32 on the same values, rounded),
+    every output element written; the special case's NaN and inf come through."""
+    path, result = every_case
+    new_cls, _ = emulate(result, tmp_path)
+    namespace: dict = {}
+    exec(path.read_text(), namespace)
+    torch.manual_seed(0)
+    ref = namespace["Model"]()
+    new = new_cls()
+    new.load_state_dict(ref.state_dict())
+    new._tw_general = None  # NOTE: the kernels must run: a fallback to the original forward would fail here
     torch.manual_seed(1)
-    k = lambda s, x: F.conv2d(x, s.w, s.b, 1, 1, 1, x.shape[1])  # noqa: E731
-    cases.append(_case(lambda s, x: x + torch.relu(k(s, x)), [_special((2, 3, 9, 10))], w=torch.randn(3, 1, 3, 3),
-                       b=torch.randn(3)))
-    for p, _, _ in cases:
-        assert [kk.kind for kk in p.kernels].count("depthwise") == 1, describe(p)
-    results = run_on_host(cases, tmp_path)
-    bad = []
-    for i, res in enumerate(results):
-        for name, got in res["got"].items():
-            want = res["want"][name]
-            tol = 1e-4 if want.dtype == torch.float32 else 1e-2
-            g, w = got.float(), want.float()
-            if not torch.allclose(g, w, atol=tol, rtol=tol, equal_nan=True) or (g == SENTINEL).any():
-                where = (~torch.isclose(g, w, atol=tol, rtol=tol, equal_nan=True)).nonzero()[:3].tolist()
-                bad.append(f"case {i} {name} {tuple(w.shape)}: first mismatches at {where}: "
-                           f"got {[g[tuple(j)].item() for j in where]}, want {[w[tuple(j)].item() for j in where]}")
+    inputs = namespace["get_inputs"]()
+    inputs[-1] = _special(inputs[-1].shape)
+    with torch.no_grad():
+        want = copy.deepcopy(ref).float()(*[t.float() for t in inputs])
+        got = new(*[t.clone() for t in inputs])
+    lib = type(new).forward.__globals__["_LIB"]
+    assert len(lib.launched) == len(result.plan.kernels)
+    bad = [f"output {i}: {m}" for i, (g, w) in enumerate(zip(got, want))
+           if (m := mismatch(g, w.to(g.dtype), 1e-4 if g.dtype == torch.float32 else 1e-2))]
     assert not bad, "\n".join(bad)
-    special = results[-1]["got"]
-    assert all(v.isnan().any() and v.isinf().any() for v in special.values())
+    special = got[-1]
+    assert special.isnan().any() and special.isinf().any()

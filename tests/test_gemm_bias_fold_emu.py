@@ -1,12 +1,12 @@
 """A GEMM's bias (and addmm/baddbmm's alpha and beta) moved into the kernel after it
-(epilogue.fold_library_bias), on the CPU emulator (tests/cuda_emu.py) against eager: the library
+(epilogue.fold_library_bias), on the CPU emulator (tests/emulator.py) against eager: the library
 call loses its bias copy, the kernel computes beta * bias + alpha * product, as cuBLAS does."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
+from emulator import GXX, emulated_model, reference_and_new, write_problem
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
 

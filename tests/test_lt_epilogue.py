@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
+from emulator import GXX, emulated_model, reference_and_new, write_problem
 from helpers import kernels
 from torchweld.cli import main
 from torchweld.plan.gemm_sites import GemmSite

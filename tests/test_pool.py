@@ -284,24 +284,14 @@ def test_sweep_is_one_kernel_per_pool(tmp_path):
 
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
 def test_sweep_kernels_compile_for_sm90(tmp_path):
-    import concurrent.futures
-    import shutil
-    import subprocess
+    from helpers import nvcc_errors
 
-    sources = []
-    for dtype, cl in SWEEP_VARIANTS:  # NOTE: tracing is not thread-safe: only nvcc runs in threads
+    sources = {}
+    for dtype, cl in SWEEP_VARIANTS:
         result = _sweep_plan(tmp_path, dtype, cl)
-        sources.append(tmp_path / f"sweep_{dtype}_{int(cl)}.cu")
-        sources[-1].write_text(module_source(list(result.plan.kernels), result.plan.graph))
-
-    def one(cu):
-        proc = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-O3", "-c", str(cu), "-o", str(cu.with_suffix(".o"))],
-                              capture_output=True, text=True)
-        return proc.returncode, proc.stderr[-2000:]
-
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        for rc, err in pool.map(one, sources):
-            assert rc == 0, err
+        sources[(dtype, cl)] = module_source(list(result.plan.kernels), result.plan.graph)
+    errors = nvcc_errors(sources, tmp_path / "sweep.cu")
+    assert not errors, errors
 
 
 POOL_PROBLEMS = sorted((ROOT / "problems" / "pool").glob("*.py"))

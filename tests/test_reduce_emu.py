@@ -1,4 +1,4 @@
-"""Reduce kernels run on the CPU emulator (tests/cuda_emu.py) against eager: every layout path
+"""Reduce kernels run on the CPU emulator (tests/emulator.py) against eager: every layout path
 (short rows, register cache, vector and scalar builds, column reductions, split outputs) on rows
 with NaN and inf. No GPU needed; g++ builds the emitted CUDA source."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, write_problem
+from emulator import GXX, emulated_model, mismatch, write_problem
 from torchweld.codegen.registry import generator
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
@@ -77,16 +77,7 @@ def run(tmp_path, exprs: dict, shape: tuple, dtype="float32", vec=True, special=
         want = namespace["Model"]()(x.clone())
         got = new_cls()(x.clone())
     tol = 1e-4 if dtype == "float32" else 1e-2
-    bad = []
-    for name, g, w in zip(exprs, got, want):
-        if not w.dtype.is_floating_point:
-            ok = torch.equal(g, w)
-        else:
-            ok = torch.allclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True) and torch.equal(
-                g.isnan(), w.isnan())
-        if not ok:
-            where = (~torch.isclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True)).nonzero()[:3].tolist()
-            bad.append(f"{name}: at {where} got {[g[tuple(i)].item() for i in where]} want {[w[tuple(i)].item() for i in where]}")
+    bad = [f"{name}: {m}" for name, g, w in zip(exprs, got, want) if (m := mismatch(g, w, tol))]
     return bad, result
 
 
@@ -167,6 +158,13 @@ def test_instance_norm(tmp_path, mode):
     ops = {result.plan.graph.by_name()[k.anchor].op for k in result.plan.kernels if k.kind == "reduce"}
     assert "instance_norm" in ops
     assert all(n.target != "aten.native_batch_norm.default" for n in result.plan.graph.nodes)
+    _two_steps_as_eager(path, new_cls, lambda: [torch.randn(3, 6, 50) * 2 + 1, torch.randn(2, 6, 7, 9),
+                                                torch.randn(2, 6, 3, 4, 5), torch.randn(2, 4, 40000)])
+
+
+def _two_steps_as_eager(path, new_cls, inputs) -> None:
+    """Two steps of the problem's Model and ModelNew (weights and running statistics drawn away from
+    their defaults) give the same outputs and leave the same state."""
     namespace: dict = {}
     exec(path.read_text(), namespace)
     torch.manual_seed(0)
@@ -180,16 +178,54 @@ def test_instance_norm(tmp_path, mode):
     new = new_cls()
     new.load_state_dict(ref.state_dict())
     new.train(ref.training)
+    new._tw_general = None  # NOTE: the kernels must run: a fallback to the original forward would fail here
     for step in range(2):
         torch.manual_seed(10 + step)
-        inputs = [torch.randn(3, 6, 50) * 2 + 1, torch.randn(2, 6, 7, 9), torch.randn(2, 6, 3, 4, 5), torch.randn(2, 4, 40000)]
+        xs = inputs()
         with torch.no_grad():
-            want = ref(*[t.clone() for t in inputs])
-            got = new(*[t.clone() for t in inputs])
+            want = ref(*[t.clone() for t in xs])
+            got = new(*[t.clone() for t in xs])
         for i, (g, w) in enumerate(zip(got, want)):
             assert torch.allclose(g, w, atol=1e-4, rtol=1e-4), (step, i, (g - w).abs().max())
     for (name, a), b in zip(ref.state_dict().items(), new.state_dict().values()):
         assert torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4), name
+
+
+BATCH = '''"""Batch norms in training mode, 1d/2d/3d, affine or not, each with an epilogue."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.BatchNorm1d(6)
+        self.b = nn.BatchNorm2d(5, momentum=0.3)
+        self.c = nn.BatchNorm3d(4, affine=False)
+        self.d = nn.BatchNorm1d(3, eps=1e-3)
+
+    def forward(self, x, y, z, w):
+        return torch.relu(self.a(x)), self.b(y) * 2.0, self.c(z), F.silu(self.d(w))
+
+
+def get_inputs():
+    return [torch.randn(8, 6, 50), torch.randn(4, 5, 7, 9), torch.randn(2, 4, 3, 4, 5), torch.randn(16, 3)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_batch_norm_train(tmp_path):
+    """Batch statistics per channel and running statistics updated in place, as eager's, two steps."""
+    path = write_problem(tmp_path, "bnorm", BATCH)
+    new_cls, result = emulated_model(path, tmp_path)
+    ops = [result.plan.graph.by_name()[k.anchor].op for k in result.plan.kernels if k.kind == "reduce"]
+    assert ops.count("batch_norm") == 4, ops
+    _two_steps_as_eager(path, new_cls, lambda: [torch.randn(8, 6, 50) * 2 + 1, torch.randn(4, 5, 7, 9),
+                                                torch.randn(2, 4, 3, 4, 5), torch.randn(16, 3)])
 
 
 MORE = {

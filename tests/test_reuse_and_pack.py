@@ -5,8 +5,7 @@
 - a GEMM reads a linear's weight packed (in, out) once per version of the weight (Plan.packed_weights,
   plan/gemm_pack.py).
 
-Plan-level cases check where each must not happen; emulator cases (tests/cuda_emu.py, one CPU
-thread per GPU thread) check the results against eager, also after the weights change."""
+Plan-level cases check where each must not happen; emulator cases (tests/emulator.py) check the results against eager, also after the weights change."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, reference_and_new, write_problem
+from emulator import GXX, emulated_model, reference_and_new, write_problem
 from torchweld.pipeline import Options, compile_problem
 from torchweld.problem import load_problem
 

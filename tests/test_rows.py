@@ -3,9 +3,7 @@ plan as one kernel (rows.py), chains of reductions of the same rows too; what st
 the emitted source (one pass per reduction over registers, then the write). No GPU needed."""
 from __future__ import annotations
 
-import concurrent.futures
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -165,23 +163,16 @@ NVCC = shutil.which("nvcc")
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_row_kernels_compile_for_sm90(tmp_path):
     """Every row pattern above, in rows, a middle dim, split rows and fp16, builds with nvcc."""
+    from helpers import nvcc_errors
+
     middle = [lambda s, x: (e := torch.exp(x - x.amax(1, keepdim=True))) / e.sum(1, keepdim=True),
               lambda s, x: (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True),
               lambda s, x: x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6)]
     cases = [(f, (48, 40), torch.float32) for f, _ in PATTERNS] + [(f, (4, 40000), torch.float32) for f, _ in PATTERNS]
     cases += [(f, (16, 512), torch.float16) for f, _ in PATTERNS] + [(f, (6, 24, 10), torch.float32) for f in middle]
-    sources = []
-    for fn, shape, dtype in cases:
+    sources = {}
+    for i, (fn, shape, dtype) in enumerate(cases):
         p = kernels(fn, torch.randn(shape).to(dtype))
-        sources.append(module_source(list(p.kernels), p.graph))
-
-    def build(i: int) -> tuple[int, str]:
-        cu = tmp_path / f"rows{i}.cu"
-        cu.write_text(sources[i])
-        proc = subprocess.run([NVCC, "-arch=sm_90", "-O3", str(cu), "-cubin", "-o", str(cu.with_suffix(".cubin"))],
-                              capture_output=True, text=True)
-        return proc.returncode, proc.stderr[-2000:]
-
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        for rc, err in pool.map(build, range(len(sources))):
-            assert rc == 0, err
+        sources[i] = module_source(list(p.kernels), p.graph)
+    errors = nvcc_errors(sources, tmp_path / "rows.cu")
+    assert not errors, errors

@@ -1,5 +1,5 @@
 """Row kernels (a reduction whose result is broadcast back over its rows, in one kernel) run on the
-CPU emulator (tests/cuda_emu.py) against eager: rows kept in registers or read again, odd row
+CPU emulator (tests/emulator.py) against eager: rows kept in registers or read again, odd row
 lengths (no vector build), vector and scalar builds, rows over a middle dim, split rows, chains of
 two reductions, fp16/bf16 with fp32 math, and rows of NaN and inf."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_emu import GXX, emulated_model, write_problem
+from emulator import GXX, emulated_model, mismatch, write_problem
 from torchweld.codegen.registry import generator
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
@@ -95,17 +95,9 @@ def run(tmp_path, exprs: dict, shape: tuple, dim: int = -1, dtype: str = "float3
         want = ref(x.clone())
         got = new(x.clone())
     tol = 1e-4 if dtype == "float32" else 2e-2
-    bad = []
     names = [f"{name}[{i}]" for name, group in exprs.items() for i in range(len(group))]
     assert len(names) == len(want) == len(got)
-    for name, g, w in zip(names, got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, name
-        ok = (torch.allclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True)
-              and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf()))  # NOTE: as the GPU test
-        if not ok:
-            where = (~torch.isclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True)).nonzero()[:3].tolist()
-            bad.append(f"{name}: at {where} got {[g[tuple(i)].item() for i in where]} "
-                       f"want {[w[tuple(i)].item() for i in where]}")
+    bad = [f"{name}: {m}" for name, g, w in zip(names, got, want) if (m := mismatch(g, w, tol))]
     return bad, result
 
 
