@@ -15,8 +15,8 @@ def render_markdown(results: list[dict], m: Metrics, meta: dict, notes: list[str
     lines += ["", "## Headline", ""]
     if m.not_run:
         lines += [f"> **Not run: no GPU** for {m.not_run} of {m.total + m.not_run} problems: their candidates were "
-                  "checked and built, never run. `no_gpu` is no verdict: it counts nowhere below, and a run on a GPU "
-                  "judges them again.", ""]
+                  "checked and built, never run. `no_gpu` is no verdict: it counts in none of the figures below, "
+                  "and a run on a GPU judges them again.", ""]
     if m.total or not m.not_run:
         lines += [f"**{m.correct}/{m.total} correct ({pct(m.correct_rate)})**; "
                   f"geomean speedup {times(m.geomean['eager'])} vs eager over {m.timed['eager']} timed, "
