@@ -176,3 +176,11 @@ def test_a_declaration_no_file_defines_is_a_link_error(tmp_path):
     assert line.startswith("main.cpp calls scale(int, float), which no file defines")
     assert line.endswith("cuda.cu defines scale(int, double)")
     assert symbols.unresolved(objects, "no such name here") == []  # not the candidate's: the libraries'
+
+
+def test_a_missing_compiler_is_said_not_taken_for_the_candidates_fault(tmp_path, monkeypatch):
+    monkeypatch.setattr(offline, "command", lambda ext, unit, obj: None if unit.cuda else ["true"])
+    ext = Extension("load_inline", "e", 5, (CPP,), (CUDA,))
+    built = offline.build(ext, "", tmp_path, time.monotonic() + 60)
+    assert built.error is None and [s.status for s in built.steps] == ["ok", "missing"]
+    assert offline._said([built], "", None) == ["partly builds", "cuda.cu not compiled: no nvcc here"]

@@ -292,7 +292,8 @@ def _said(built: list[Built], source: str, gpu: str | None) -> list[str]:
     triton = bool(_TRITON.search(source) or _USES_TRITON.search(source))
     missing = [f"{s.file} not compiled: no {s.compiler} here" for b in built for s in b.steps if s.status == "missing"]
     if built:
-        said = ["partly builds" if missing else "builds"] + missing
+        compiled = any(s.status == "ok" for b in built for s in b.steps)
+        said = ["partly builds" if missing and compiled else "not built" if missing else "builds"] + missing
     elif gpu:
         said = []
     else:
