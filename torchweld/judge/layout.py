@@ -78,7 +78,7 @@ def cuda_home() -> Path | None:
 
 def nvcc_path() -> str | None:
     home = cuda_home()
-    return str(home / "bin" / "nvcc") if home else shutil.which("nvcc")
+    return str(home / "bin" / "nvcc") if home and (home / "bin" / "nvcc").is_file() else shutil.which("nvcc")
 
 
 def cxx_path() -> str | None:

@@ -107,11 +107,15 @@ def compile_units(ext: Extension, units: list[Unit], folder: Path, deadline: flo
             steps[unit.name] = Step(unit.name, compiler, 0.0, "missing")
             continue
         log = folder / f"{i}_{unit.name}.log"
-        with open(log, "wb") as out:
-            # NOTE: the C locale: plain quotes in gcc's messages. The compilers stay in this process's group,
-            # so the parent's kill on its timeout reaches them.
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=folder, env=dict(os.environ, LC_ALL="C", LANG="C"))
+        try:
+            with open(log, "wb") as out:
+                # NOTE: the C locale: plain quotes in gcc's messages. The compilers stay in this process's group,
+                # so the parent's kill on its timeout reaches them.
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        cwd=folder, env=dict(os.environ, LC_ALL="C", LANG="C"))
+        except OSError:  # not there after all, or not runnable
+            steps[unit.name] = Step(unit.name, compiler, 0.0, "missing")
+            continue
         running.append((unit, compiler, proc, log, time.monotonic(), obj))
     ended: dict[str, float] = {}
     stop = None
