@@ -349,3 +349,51 @@ def test_judges_sharing_a_gpu_take_turns_through_its_lock(tmp_path):
     assert "waiting for the GPU" not in w.r["stage_s"]  # closed when the next stage starts
     w.stage("correctness")
     assert w.r["stage_s"]["waiting for the GPU"] >= 0.25
+
+
+class NotRun(Counting):
+    """The judge on a machine without a GPU: every candidate is checked and built, none is run."""
+
+    def __call__(self, problem, candidate, opts):
+        result = super().__call__(problem, candidate, opts)
+        result.update(outcome="no_gpu", message="builds; not run: no GPU", timing=None, device=None)
+        return result
+
+
+def test_without_a_gpu_results_are_written_but_are_no_verdicts_and_never_resumed(tree):
+    import io
+
+    buf = io.StringIO()
+    first = NotRun()
+    assert run_bench(opts(tree), check=first, console=Console(file=buf, width=300), spawn=False, devices=[]) == 0
+    said = buf.getvalue().splitlines()
+    assert said[0].startswith("torchweld bench: no GPU here:")  # up front, before any judging
+    assert sorted(first.seen) == ["c1", "top"] and saved(tree, "root__top")["outcome"] == "no_gpu"
+    # c2_bad has no candidate: that one is a verdict; the two built ones count nowhere
+    assert any(line.startswith("1 judged: 0 correct (0.0%)") and "2 not run: no GPU" in line for line in said)
+    metrics = json.loads((tree / "out" / "results.json").read_text())["metrics"]
+    assert (metrics["total"], metrics["correct"], metrics["not_run"]) == (1, 0, 2)
+    summary = (tree / "out" / "summary.md").read_text()
+    assert "**0/1 correct (0.0%)**" in summary and "0/3" not in summary
+    assert "## Not run: no GPU (2)" in summary and "root/top**: builds; not run: no GPU" in summary
+    assert "Not run: no GPU" in (tree / "out" / "report.html").read_text()
+    again = NotRun()
+    run_bench(opts(tree), check=again, console=quiet(), spawn=False, devices=[])
+    assert sorted(again.seen) == ["c1", "top"]  # not resumed: nothing was judged
+    on_gpu = Counting()
+    run_bench(opts(tree), check=on_gpu, console=quiet(), spawn=False, devices=["0"])
+    assert sorted(on_gpu.seen) == ["c1", "top"] and saved(tree, "root__top")["outcome"] == "correct"
+    after = Counting()
+    run_bench(opts(tree), check=after, console=quiet(), spawn=False, devices=["0"])
+    assert after.seen == []  # verdicts now: resumed
+
+
+def test_all_not_run_says_none_was_judged(tmp_path):
+    from torchweld.bench.metrics import compute
+    from torchweld.bench.report import headline
+
+    results = [{"name": n, "category": "root", "outcome": "no_gpu", "message": "builds; not run: no GPU"}
+               for n in ("a", "b")]
+    m = compute(results)
+    assert (m.total, m.correct, m.not_run) == (0, 0, 2) and m.failures == ()
+    assert headline(m).startswith("2 problems, none judged: 2 not run: no GPU")

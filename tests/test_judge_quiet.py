@@ -111,9 +111,11 @@ def test_check_resumes_the_others_when_its_child_ends(judges, tmp_path):
     quiet._signal_groups([b.pid], quiet.signal.SIGSTOP)  # as if paused by a judge that died while timing
     assert _wait_state(b.pid, "T") == "T"
     fix = Path(__file__).parent / "fixtures" / "judge"
-    res = check(fix / "problem_relu_bias.py", fix / "honest_relu_bias.py",
-                CheckOptions(timeout_s=120, judges_dir=str(tmp_path)))
-    assert res["outcome"] == "runtime_error"
+    cand = tmp_path / "candidate" / "plain.py"  # nothing to build: without a GPU the child ends at once
+    cand.parent.mkdir()
+    cand.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    res = check(fix / "problem_relu_bias.py", cand, CheckOptions(timeout_s=120, judges_dir=str(tmp_path)))
+    assert res["outcome"] == "no_gpu"
     assert _wait_state(b.pid, "S") != "T"
 
 
@@ -126,4 +128,4 @@ def test_the_package_check_stays_the_function_after_every_judge_module_is_import
 
     for mod in pkgutil.iter_modules(judge.__path__):
         importlib.import_module(f"torchweld.judge.{mod.name}")
-    assert callable(judge.check) and judge.check.__module__ == "torchweld.judge"
+    assert callable(judge.check) and judge.check.__module__ == "torchweld.judge.parent"

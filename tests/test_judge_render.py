@@ -31,7 +31,8 @@ def test_render_minimal_result():
 
 
 def test_exit_codes():
-    assert EXIT_CODES == {"correct": 0, "wrong": 12, "cheat": 13, "no_build": 10, "runtime_error": 11, "timeout": 14}
+    assert EXIT_CODES == {"correct": 0, "wrong": 12, "cheat": 13, "no_build": 10, "runtime_error": 11, "timeout": 14,
+                          "no_gpu": 15}
 
 
 def test_cli_missing_problem_exits_2(capsys):
@@ -72,9 +73,11 @@ def test_reply_without_code_is_no_build_json(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
-def test_no_gpu_is_a_runtime_error_not_a_crash():
-    res = check(FIX / "problem_relu_bias.py", FIX / "honest_relu_bias.py", CheckOptions(timeout_s=120))
-    assert res["outcome"] == "runtime_error" and "no CUDA device" in res["message"]
+def test_no_gpu_is_its_own_outcome_not_a_runtime_error(tmp_path):
+    cand = tmp_path / "plain.py"
+    cand.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    res = check(FIX / "problem_relu_bias.py", cand, CheckOptions(timeout_s=120))
+    assert res["outcome"] == "no_gpu" and res["message"].endswith("not run: no GPU")
     assert res["static"] == [] and res["torch"] == torch.__version__
 
 

@@ -5,6 +5,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from torchweld.judge.options import NOT_RUN
+
 FAST_PS = (0.0, 1.0, 1.5, 2.0)
 BASELINES = ("eager", "compile")  # eager PyTorch, torch.compile
 
@@ -29,8 +31,11 @@ class Failure:
 
 @dataclass(frozen=True)
 class Metrics:
+    """Over the judged results only: a `no_gpu` result (not run) is counted in `not_run` and nowhere else."""
+
     total: int
     correct: int
+    not_run: int = 0
     outcomes: dict = field(default_factory=dict)  # outcome -> count
     fast: dict = field(default_factory=dict)  # baseline -> {p: fraction of ALL problems}
     geomean: dict = field(default_factory=dict)  # baseline -> geomean speedup or None
@@ -45,6 +50,11 @@ class Metrics:
 
 def label(result: dict) -> str:
     return f"{result.get('category', 'root')}/{result.get('name', '?')}"
+
+
+def is_verdict(result: dict) -> bool:
+    """Whether the result judges its candidate: one built or checked without a GPU and never run does not."""
+    return result.get("outcome") != NOT_RUN
 
 
 def is_correct(result: dict) -> bool:
@@ -107,16 +117,18 @@ def categories(results: list[dict]) -> tuple[CategoryRow, ...]:
 
 
 def compute(results: list[dict]) -> Metrics:
-    """Every headline number the reports show."""
+    """Every headline number the reports show, over the judged results."""
+    judged = [r for r in results if is_verdict(r)]
     return Metrics(
-        total=len(results),
-        correct=sum(is_correct(r) for r in results),
+        total=len(judged),
+        correct=sum(is_correct(r) for r in judged),
+        not_run=len(results) - len(judged),
         outcomes=dict(sorted(Counter(str(r.get("outcome")) for r in results).items())),
-        fast={b: {p: fast_p(results, p, b) for p in FAST_PS} for b in BASELINES},
-        geomean={b: geomean(correct_speedups(results, b)) for b in BASELINES},
-        timed={b: len(correct_speedups(results, b)) for b in BASELINES},
-        categories=categories(results),
-        failures=failures(results),
+        fast={b: {p: fast_p(judged, p, b) for p in FAST_PS} for b in BASELINES},
+        geomean={b: geomean(correct_speedups(judged, b)) for b in BASELINES},
+        timed={b: len(correct_speedups(judged, b)) for b in BASELINES},
+        categories=categories(judged),
+        failures=failures(judged),
     )
 
 
@@ -126,6 +138,7 @@ def as_json(m: Metrics) -> dict:
         "total": m.total,
         "correct": m.correct,
         "correct_rate": m.correct_rate,
+        "not_run": m.not_run,
         "outcomes": m.outcomes,
         "fast": {b: {f"fast_{p:g}": v for p, v in ps.items()} for b, ps in m.fast.items()},
         "geomean_speedup": m.geomean,

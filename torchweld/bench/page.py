@@ -12,7 +12,7 @@ from torchweld.bench.metrics import FAST_PS, Metrics
 _BADGE = {
     "correct": "#1a7f37", "wrong": "#cf222e", "cheat": "#8250df", "no_build": "#bc4c00",
     "runtime_error": "#a40e26", "timeout": "#9a6700", "compile_error": "#953800",
-    "no_candidate": "#6e7781", "judge_error": "#24292f",
+    "no_candidate": "#6e7781", "judge_error": "#24292f", "no_gpu": "#0969da",
 }
 
 _CSS = """
@@ -62,6 +62,10 @@ def render_html(results: list[dict], m: Metrics, meta: dict, notes: list[str], p
     if meta.get("interrupted"):
         parts.append("<div class=warn><b>Partial run</b>: interrupted before every problem was judged; "
                      "rerun the same command to resume.</div>")
+    if m.not_run:
+        parts.append(f"<div class=warn><b>Not run: no GPU</b> for {m.not_run} of {m.total + m.not_run} problems: "
+                     "checked and built only. <code>no_gpu</code> is no verdict: it counts in no figure here, and a "
+                     "run on a GPU judges them again.</div>")
     parts += [_cards(m), _fast_table(m)]
     parts += [f"<p class=note>{escape(n)}</p>" for n in notes]
     if png is not None and png.is_file():
@@ -81,7 +85,7 @@ def _meta(meta: dict) -> str:
 
 def _cards(m: Metrics) -> str:
     cards = [
-        ("correct", pct(m.correct_rate), f"{m.correct} of {m.total} problems", None),
+        ("correct", pct(m.correct_rate), f"{m.correct} of {m.total} {'judged ' if m.not_run else ''}problems", None),
         ("geomean speedup vs eager", times(m.geomean["eager"]), f"over {m.timed['eager']} correct, timed",
          m.geomean["eager"]),
         ("geomean speedup vs torch.compile", times(m.geomean["compile"]), f"over {m.timed['compile']} correct, timed",

@@ -12,7 +12,7 @@ from rich.text import Text
 from torchweld.bench.metrics import is_correct, speedup
 from torchweld.bench.tasks import Task
 
-_STYLE = {"correct": "green", "wrong": "red", "cheat": "magenta", "timeout": "yellow"}
+_STYLE = {"correct": "green", "wrong": "red", "cheat": "magenta", "timeout": "yellow", "no_gpu": "cyan"}
 
 
 class Display:

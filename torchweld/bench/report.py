@@ -47,10 +47,14 @@ def write_reports(out: Path, results: list[dict], meta: dict) -> Written:
 
 
 def headline(m) -> str:
-    """One line for the terminal: correctness, both geomeans, fast_1 vs torch.compile."""
-    return (f"{m.total} problems: {m.correct} correct ({pct(m.correct_rate)}); geomean speedup "
-            f"{times(m.geomean['eager'])} vs eager, {times(m.geomean['compile'])} vs torch.compile; "
+    """One line for the terminal: correctness, both geomeans, fast_1 vs torch.compile; what was not run."""
+    not_run = f"{m.not_run} not run: no GPU (checked and built only; a run on a GPU judges them)"
+    if m.not_run and not m.total:
+        return f"{m.not_run} problems, none judged: {not_run}"
+    line = (f"{m.total} {'judged' if m.not_run else 'problems'}: {m.correct} correct ({pct(m.correct_rate)}); "
+            f"geomean speedup {times(m.geomean['eager'])} vs eager, {times(m.geomean['compile'])} vs torch.compile; "
             f"fast_1 vs torch.compile {pct(m.fast['compile'][1.0])}")
+    return line + (f"; {not_run}" if m.not_run else "")
 
 
 def rerender(out: Path) -> Written:

@@ -114,6 +114,10 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
         _say(console, f"torchweld bench: {slots if isinstance(slots, str) else '--per-gpu must be at least 1'}")
         return USAGE_ERROR
     slots = [s for s in slots for _ in range(opts.per_gpu)]
+    gpus = any(s is not None for s in slots)
+    if not gpus:
+        _say(console, "torchweld bench: no GPU here: candidates are checked and built, not run; their results "
+                      "(no_gpu) are no verdicts, and a run on a GPU judges them again")
     if opts.compile and spawn and compile_fn is None:
         from torchweld.bench.prewarm import compile_candidates
 
@@ -127,7 +131,7 @@ def run_bench(opts: BenchOptions, check: Callable | None = None, compile_fn: Cal
     _say(console, f"torchweld bench: {len(tasks)} problems, {len(todo)} to judge ({resumed} resumed), "
                   f"{len(slots)} worker(s); results in {out}")
     interrupted = False
-    if opts.prewarm and todo and spawn:
+    if opts.prewarm and todo and spawn and gpus:  # prewarm runs torch.compile on the GPU
         from torchweld.bench.prewarm import prewarm
 
         prewarm(todo, out, opts.prewarm, slots[0], say=lambda text: _say(console, text))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from torchweld.bench.format import meta_value, ms, one_line, pct, rows, secs, times
-from torchweld.bench.metrics import FAST_PS, Metrics
+from torchweld.bench.metrics import FAST_PS, Metrics, is_verdict, label
 
 _META = ("date", "device", "torch", "command", "git", "torchweld", "problems", "candidates", "results_dir")
 
@@ -13,9 +13,16 @@ def render_markdown(results: list[dict], m: Metrics, meta: dict, notes: list[str
         lines += ["> **Partial run**: interrupted before every problem was judged; rerun to resume.", ""]
     lines += [f"- **{k}**: {_code(meta_value(meta, k)) if k == 'command' else md(meta_value(meta, k))}" for k in _META]
     lines += ["", "## Headline", ""]
-    lines += [f"**{m.correct}/{m.total} correct ({pct(m.correct_rate)})**; "
-              f"geomean speedup {times(m.geomean['eager'])} vs eager over {m.timed['eager']} timed, "
-              f"{times(m.geomean['compile'])} vs torch.compile over {m.timed['compile']} timed.", ""]
+    if m.not_run:
+        lines += [f"> **Not run: no GPU** for {m.not_run} of {m.total + m.not_run} problems: their candidates were "
+                  "checked and built, never run. `no_gpu` is no verdict: it counts in none of the figures below, "
+                  "and a run on a GPU judges them again.", ""]
+    if m.total or not m.not_run:
+        lines += [f"**{m.correct}/{m.total} correct ({pct(m.correct_rate)})**; "
+                  f"geomean speedup {times(m.geomean['eager'])} vs eager over {m.timed['eager']} timed, "
+                  f"{times(m.geomean['compile'])} vs torch.compile over {m.timed['compile']} timed.", ""]
+    else:
+        lines += ["**No problem was judged.**", ""]
     lines += ["| metric | vs eager | vs torch.compile |", "|---|---:|---:|"]
     for p in FAST_PS:
         name = f"fast_{p:g}" + (" (correct)" if p == 0 else f" (correct and > {p:g}x)")
@@ -40,6 +47,10 @@ def render_markdown(results: list[dict], m: Metrics, meta: dict, notes: list[str
     lines += [f"- **{md(f.label)}**: `{md(f.outcome)}`: {md(one_line(f.message)) or '(no message)'}" for f in m.failures]
     if not m.failures:
         lines.append("None.")
+    waiting = [r for r in results if not is_verdict(r)]
+    if waiting:
+        lines += ["", f"## Not run: no GPU ({len(waiting)})", ""]
+        lines += [f"- **{md(label(r))}**: {md(one_line(r.get('message'))) or '(no message)'}" for r in waiting]
     return "\n".join(lines) + "\n"
 
 

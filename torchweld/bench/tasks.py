@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchweld.judge.options import NOT_RUN
+
 # A problem is recognised by its text, never by importing it: the parent process stays free of
 # arbitrary problem code (and of CUDA), and a broken file becomes a judged failure, not a crash.
 _MODEL_CLASS = re.compile(r"^class\s+Model\s*[(:]", re.M)
@@ -139,7 +141,7 @@ def read_result(path: Path) -> dict | None:
 def is_finished(out: Path, task: Task) -> bool:
     """Resume skips a problem only when its saved result was judged against the same candidate."""
     saved = read_result(results_path(out, task.key))
-    if saved is None:
+    if saved is None or saved.get("outcome") == NOT_RUN:  # built without a GPU, never run: no verdict to keep
         return False
     bench = saved.get("bench") or {}
     if bench.get("candidate_sha") and task.candidate is not None:

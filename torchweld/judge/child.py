@@ -1,6 +1,7 @@
 """The judge's child process, where the candidate runs: the stages in order -> result JSON.
 
-The stages live one per file: build.py, correctness.py, generalisation.py, timing.py; this file runs
+The stages live one per file: build.py, correctness.py, generalisation.py, timing.py (and offline.py,
+the build stage of a machine without a GPU, which ends there); this file runs
 them in order, keeps the result (saved after every stage, so a crash or a kill still says where it
 was) and compares the process's clocks, flags, threads and children with their state before the
 candidate was imported.
@@ -13,11 +14,12 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
 
-from torchweld.judge import correctness, generalisation, guards, quiet, timing
+from torchweld.judge import correctness, generalisation, guards, offline, quiet, timing
 from torchweld.judge.build import BuildError, import_candidate
 from torchweld.judge.correctness import Pair, cheat, error_line
 from torchweld.judge.options import CheckOptions
@@ -49,6 +51,7 @@ class Judging:
         self.clocks = guards.RealClocks()
         self.problem_path, self.source_path, self.opts = Path(problem_path), Path(source_path), opts
         self.result_path = Path(result_path)
+        self.t0 = time.monotonic()  # the build-only stage bounds its compilers by the time left
         self.r = {"outcome": None, "message": "", "details": [], "stage": "start", "build_s": None,
                   "correctness": [], "generalization": [], "cheats": [], "timing": None, "device": None,
                   "torch": torch.__version__, "precision": None, "stage_s": {}, "buffers": []}
@@ -111,8 +114,11 @@ class Judging:
 
     # ---- the run -----------------------------------------------------------------------------
     def run(self):
-        if not torch.cuda.is_available():
-            self.finish("runtime_error", "no CUDA device: the judge needs a GPU")
+        gpu = torch.cuda.is_available()
+        if self.opts.build_only or not gpu:
+            problem = load_problem(self.problem_path)
+            problem.init_inputs()
+            offline.stage(self, problem, "--build-only" if gpu else "no GPU")
         torch.cuda.init()
         self.r["device"] = torch.cuda.get_device_name()
         with guards.fp32_mode(self.opts.allow_tf32) as precision:

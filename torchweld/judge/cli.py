@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from torchweld.judge.options import EXIT_CODES, USAGE_EXIT, CheckOptions
 from torchweld.judge.tolerance import MODES
@@ -24,24 +25,36 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="oracle: float64 truth (default); table: per-dtype table; kernelbench: 1e-2 for all")
     p.add_argument("--trials", type=int, default=CheckOptions.trials, metavar="N", help="correctness input sets")
     p.add_argument("--compile-mode", choices=("default", "max-autotune"), default=CheckOptions.compile_mode)
+    p.add_argument("--build-only", action="store_true",
+                   help="only what needs no GPU: extract, scan, import with the extension builds recorded, compile "
+                        "them as load_inline would; run nothing (outcome no_build or no_gpu). Without a GPU the "
+                        "judge does only this")
     p.set_defaults(func=run)
     return p
 
 
 def options_from(args) -> CheckOptions:
     return CheckOptions(timeout_s=args.timeout, timing=not args.no_timing, tolerance=args.tolerance,
-                        trials=args.trials, compile_mode=args.compile_mode)
+                        trials=args.trials, compile_mode=args.compile_mode, build_only=args.build_only)
 
 
 def run(args) -> int:
     """Run the judge for parsed `args`; print the result; return the exit code (never raises on bad input)."""
-    from torchweld.judge.parent import check
+    from torchweld.judge.parent import check, gpu_present
     from torchweld.judge.render import render
     from torchweld.problem import ProblemError
 
     if args.trials < 1 or args.timeout <= 0:
         print("torchweld check: --trials and --timeout must be positive", file=sys.stderr)
         return USAGE_EXIT
+    for path in (args.problem, args.candidate):
+        if not Path(path).is_file():
+            print(f"torchweld check: {path}: no such file", file=sys.stderr)
+            return USAGE_EXIT
+    if args.build_only or not gpu_present():
+        why = "--build-only" if args.build_only else "no GPU here"
+        print(f"torchweld check: {why}: the candidate is checked and built, not run (outcome no_gpu if it builds)",
+              file=sys.stderr, flush=True)
     try:
         result = check(args.problem, args.candidate, options_from(args))
     except (ProblemError, FileNotFoundError) as e:

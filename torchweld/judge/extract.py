@@ -75,6 +75,8 @@ def load_candidate(path) -> Candidate:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     text = path.read_text(errors="replace")
+    if not text.strip():
+        raise CandidateError(f"{path}: the file is empty")
     if path.suffix == ".py":
         return Candidate(path=path, source=text, block=None)
     source, block, n = extract_source(text, str(path))

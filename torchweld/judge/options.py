@@ -4,9 +4,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
-OUTCOMES = ("correct", "wrong", "cheat", "no_build", "runtime_error", "timeout")
+OUTCOMES = ("correct", "wrong", "cheat", "no_build", "runtime_error", "timeout", "no_gpu")
+# NOTE: `no_gpu` is no verdict on the candidate: it was checked and built as far as a machine without a
+# GPU can, and not run. A bench never keeps it as a result to resume: a run on a GPU judges it again.
+NOT_RUN = "no_gpu"
 # 2 is the usage / problem-file error code; only the CLI turns outcomes into exit codes.
-EXIT_CODES = {"correct": 0, "wrong": 12, "cheat": 13, "no_build": 10, "runtime_error": 11, "timeout": 14}
+EXIT_CODES = {"correct": 0, "wrong": 12, "cheat": 13, "no_build": 10, "runtime_error": 11, "timeout": 14,
+              "no_gpu": 15}
 USAGE_EXIT = 2
 
 
@@ -31,6 +35,9 @@ class CheckOptions:
     stream_probes: int = 10  # extra calls whose results are read at once (a side-stream race shows up)
     fresh_sets: int = 6  # never-seen input sets timed once each (catches caching by value)
     allow_tf32: bool = False  # the judge's fp32 is strict fp32 unless this says otherwise
+    # Only what needs no GPU: import the candidate with its extensions recorded, compile them as
+    # load_inline would (judge/offline.py), run nothing. The judge does this by itself where there is no GPU.
+    build_only: bool = False
     # Where the bench runs several judges at once, what they share:
     gpu_lock: str | None = None  # a lock file: judges on one GPU take turns through it for the GPU work
     judges_dir: str | None = None  # judges register here; the one timing pauses the others (judge/quiet.py)

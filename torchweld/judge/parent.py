@@ -1,12 +1,15 @@
 """The judge's parent: extract and scan the candidate, judge it in a child process (child.py), read its result."""
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torchweld
@@ -23,7 +26,45 @@ def _base(problem: Path, candidate: Path) -> dict:
     return {"problem": str(problem), "name": problem.stem, "candidate": str(candidate), "outcome": None,
             "message": "", "details": [], "build_s": None, "correctness": [], "generalization": [], "cheats": [],
             "static": [], "timing": None, "device": None, "torch": None, "precision": None, "extracted_from": None,
-            "stage_s": {}, "buffers": []}
+            "stage_s": {}, "buffers": [], "build": None}
+
+
+def gpu_present() -> bool:
+    """Whether this machine has a CUDA GPU the judge can run on (without one it checks and builds only)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def unbuildable(source: str) -> str | None:
+    """Why a candidate cannot be a ModelNew, read from its text alone (no GPU, no child); None if it may be."""
+    if not source.strip():
+        return "the candidate is empty"
+    try:
+        ast.parse(source)
+    except SyntaxError as e:
+        return f"syntax error at line {e.lineno}: {e.msg}"
+    if not re.search(r"\bModelNew\b", source):
+        return "the candidate defines no class ModelNew (the name appears nowhere in it)"
+    return None
+
+
+def reply_lines(details: list[str], first: int) -> list[str]:
+    """`candidate line N` of a block extracted from a reply (its first line at `first`) -> also the reply's."""
+    def both(m):
+        return f"{m.group(0)} (reply line {first + int(m.group(1)) - 1})"
+
+    return [re.sub(r"\bcandidate line (\d+)", both, d) for d in details]
+
+
+def _exited(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait for the child to exit, without reaping it; False when `timeout` passed first."""
+    deadline = time.monotonic() + timeout
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _tail(path: Path, n: int = 4) -> list[str]:
@@ -46,8 +87,9 @@ def _crash_message(rc: int, stage: str, stderr_tail: list[str]) -> str:
     return f"the worker exited with code {rc} during {stage}" + (f": {hint}" if hint else "")
 
 
-def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
+def check(problem_path, candidate_path, opts: CheckOptions | None = None) -> dict:
     """Grade a candidate; raises ProblemError / FileNotFoundError for unusable inputs, else returns the result."""
+    opts = opts or CheckOptions()
     problem, candidate = Path(problem_path), Path(candidate_path)
     if not problem.is_file():
         raise ProblemError(f"{problem}: no such file")
@@ -63,6 +105,10 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
         return result
     result["extracted_from"] = cand.extracted_from
     result["static"] = [f.to_dict() for f in scan(cand.source, problem.read_text(errors="replace"))]
+    why = unbuildable(cand.source)
+    if why:
+        result.update(outcome="no_build", message=why)
+        return result
     with tempfile.TemporaryDirectory(prefix="torchweld-judge-") as tmp:
         tmp = Path(tmp)
         source_path = candidate.resolve()
@@ -79,17 +125,18 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
         # processes start in the background and would look like the candidate's; on a warm cache (the bench's
         # --prewarm) it is also faster. Compile time only: torch.compile's kernels are the same.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        timed_out = False
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             # NOTE: a session of its own, so a hang is killed with every process the candidate started.
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
+            timed_out = not _exited(proc, opts.timeout_s)
+            # NOTE: the whole session goes, the child's leftovers too (a compiler the build-only stage started,
+            # a candidate's background process); killed before the child is reaped, so its group id is its own.
             try:
-                rc = proc.wait(timeout=opts.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
                 os.killpg(proc.pid, signal.SIGKILL)
-                rc = proc.wait()
+            except OSError:
+                pass
+            rc = proc.wait()
         quiet.judge_ended(proc.pid, opts.judges_dir)
         try:
             part = json.loads(result_path.read_text())
@@ -102,6 +149,8 @@ def check(problem_path, candidate_path, opts: CheckOptions) -> dict:
     for k, v in part.items():
         if k in result:
             result[k] = v
+    if cand.block is not None:
+        result["details"] = reply_lines(result["details"], cand.block.line)
     if timed_out:
         result["outcome"] = "timeout"
         result["message"] = f"no result within {opts.timeout_s:g} s (still in {stage})"

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 _STYLE = {"correct": "bold green", "wrong": "bold red", "cheat": "bold magenta", "no_build": "bold red",
-          "runtime_error": "bold red", "timeout": "bold yellow"}
+          "runtime_error": "bold red", "timeout": "bold yellow", "no_gpu": "bold cyan"}
 
 
 def _num(x, fmt="{:.2e}") -> str:
