@@ -152,6 +152,7 @@ class Kernel:
     shape: tuple[int, ...]  # reduce kernels: the shape of the anchor's input; depthwise: its output's
     kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue; "depthwise": conv + epilogue
     anchor: str = ""
+    sms: int = 0  # reduce kernels: the multiprocessors their launch is sized for (tiling.layout; 0: its default)
 
 
 @dataclass(frozen=True)

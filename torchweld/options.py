@@ -24,6 +24,8 @@ class Options:
     precision: Precision = Precision.FP32
     layout_plan: bool = True  # convolutions run in the layout measured fastest at their first call
     cuda_graph: bool = False  # replay the fast path as a CUDA graph (terms in the file's header)
+    sms: int = 0  # multiprocessors of the target GPU (sizes the split of long reductions); 0: the current
+    #               device's where one is present, else an H100/H200's
 
     def __post_init__(self):
         try:  # NOTE: a plain string ("tf32", from the CLI or a caller) is accepted and normalised

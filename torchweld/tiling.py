@@ -72,8 +72,7 @@ def out_strides(node: Node, order: list[int]) -> tuple:
 # writes per-chunk partial statistics, a second combines them. Softmax and norms keep their chunk
 # in registers (`cache`) when it is short enough, so their input is read once.
 
-SMS = 132  # NOTE: an H100's SM count; the split only needs its order of magnitude
-TARGET = 2 * SMS  # blocks below which long outputs are split
+SMS = 132  # multiprocessors of an H100/H200: the target when no GPU is present to ask
 CACHE = 32  # fp32 values a thread may keep in registers between a kernel's two passes
 PER = 4  # vector loads a thread aims to have in flight
 
@@ -102,15 +101,27 @@ def pow2ceil(n: int) -> int:
     return p
 
 
+def device_sms() -> int:
+    """The current CUDA device's multiprocessor count, or SMS where there is none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return SMS
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
 def layout(O: int, R: int, I: int, vec: int = 1, two_pass: bool = False, ncache: int = 1,
-           split_ok: bool = True) -> Layout:
-    """The layout of a reduce kernel over [O, R, I]; `two_pass`: it reads each element twice, and
-    would keep `ncache` values of each in registers; `split_ok`: a row may span several blocks."""
+           split_ok: bool = True, sms: int = SMS) -> Layout:
+    """The layout of a reduce kernel over [O, R, I] on a GPU of `sms` multiprocessors; `two_pass`: it
+    reads each element twice, and would keep `ncache` values of each in registers; `split_ok`: a row
+    may span several blocks. Outputs too few to fill the GPU (under `sms` blocks) are split so that
+    about two blocks run on each multiprocessor; `sms` 0 means SMS."""
+    sms = sms or SMS
     if I == 1:
         V = vec if vec > 1 and R % vec == 0 else 1
         split = 1
-        if split_ok and O < SMS and R >= 8 * 1024 * V:  # few long rows: more blocks than rows
-            split = min(max(2, TARGET // O), R // (4 * 128 * V))
+        if split_ok and O < sms and R >= 8 * 1024 * V:  # few long rows: more blocks than rows
+            split = min(max(2, 2 * sms // O), R // (4 * 128 * V))
         chunk = -(-R // split)
         chunk = -(-chunk // V) * V
         split = -(-R // chunk)
@@ -130,8 +141,8 @@ def layout(O: int, R: int, I: int, vec: int = 1, two_pass: bool = False, ncache:
         ty = 256 // tx
         blocks0 = O * -(-I // tx)
         split = 1
-        if split_ok and blocks0 < SMS and R >= 64 * ty:
-            split = min(max(2, TARGET // blocks0), R // (8 * ty))
+        if split_ok and blocks0 < sms and R >= 64 * ty:
+            split = min(max(2, 2 * sms // blocks0), R // (8 * ty))
         chunk = -(-R // split)
         split = -(-R // chunk)
         blocks = blocks0 * split

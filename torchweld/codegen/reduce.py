@@ -60,7 +60,7 @@ class ReduceCode:
         epilogue_reads = {r for m in self.epilogue for r in nodes[m].inputs()}
         cacheable = not (epilogue_reads & (set(self.prologue) - {self.x}))
         two_pass = self.full or self.anchor.op in ("var", "std")
-        lay = layout(self.O, self.R, self.I, 16 // max(widths) if widths else 1, two_pass)
+        lay = layout(self.O, self.R, self.I, 16 // max(widths) if widths else 1, two_pass, sms=self.k.sms)
         return replace(lay, cache=False) if lay.cache and not cacheable else lay
 
     # --- pieces -------------------------------------------------------------------------------

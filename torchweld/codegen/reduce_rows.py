@@ -92,7 +92,7 @@ class RowCode(ReduceCode):
     def choose_layout(self) -> Layout:
         widths = [ITEMSIZE[self.nodes[n].dtype] for n in self.fullsize + self.written()]
         lay = layout(self.O, self.R, self.I, 16 // max(widths) if widths else 1, True, len(self.cache),
-                     split_ok=len(self.anchors) == 1)
+                     split_ok=len(self.anchors) == 1, sms=self.k.sms)
         if not lay.cache:
             self.cache = []
         return lay

@@ -13,6 +13,7 @@ from __future__ import annotations
 from torchweld.ir import (AUX, COMPARISONS, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Kernel, Node, Plan, Ref,
                           ancestors_in, broadcasts_to, reduce_geometry)
 from torchweld.plan.rows import is_row_kernel, members_ok, row_anchor
+from torchweld.tiling import SMS
 
 # What never fuses: everything that is not pointwise (library anchors, views, reductions for now).
 NEVER_FUSED = frozenset({"input", "param", "aten", "getitem"})
@@ -30,8 +31,8 @@ def can_fuse(producer: Node, consumer: Node) -> bool:
 class _Groups:
     """Union-find over node names, with the acyclicity check that every merge must pass."""
 
-    def __init__(self, graph: Graph):
-        self.graph = graph
+    def __init__(self, graph: Graph, sms: int):
+        self.graph, self.sms = graph, sms
         self.nodes = graph.by_name()
         self.users = graph.users()
         self.parent = {n.name: n.name for n in graph.nodes}
@@ -72,9 +73,10 @@ class _Groups:
         return False
 
 
-def partition(graph: Graph) -> Plan:
-    """The graph as fused kernels and the nodes left to PyTorch, in the order forward runs them."""
-    g = _Groups(graph)
+def partition(graph: Graph, sms: int = SMS) -> Plan:
+    """The graph as fused kernels and the nodes left to PyTorch, in the order forward runs them, for a
+    GPU of `sms` multiprocessors."""
+    g = _Groups(graph, sms)
     nodes = g.nodes
     for n in graph.nodes:
         for a in n.inputs():
@@ -161,7 +163,7 @@ def _attach(g: _Groups, anchor: Node) -> None:
 def _rows_ok(g: _Groups, members: set[str]) -> bool:
     """One row kernel could run these members (rows.members_ok), in the graph's order."""
     order = [n.name for n in g.graph.nodes if n.name in members]
-    return members_ok(order, g.nodes)
+    return members_ok(order, g.nodes, g.sms)
 
 
 # Ops a few instructions long: a pool may recompute them for every window that reads an element.
@@ -222,15 +224,15 @@ def _reduce_kernel(name: str, members: list[str], anchor: str, graph: Graph, g: 
         return None
     inputs, outputs = _boundary(members, nodes, g.users)
     if is_row_kernel(members, nodes):
-        if not members_ok(members, nodes) or any(
+        if not members_ok(members, nodes, g.sms) or any(
                 tuple(nodes[o].shape) not in (tuple(x.shape), tuple(a.shape)) for o in outputs):
             return None  # NOTE: the planner builds no such group; a guard for the codegen's assumptions
-        return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor)
+        return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor, g.sms)
     before = ancestors_in(anchor, member_set, nodes)
     after = {m for m in member_set - before - {anchor} if nodes[m].op != AUX}
     if a.op in REDUCTION and any(r in before for m in after for r in nodes[m].inputs()):
         return None  # an epilogue at the reduced shape cannot read a value of the full shape
-    return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor)
+    return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(x.shape), "reduce", anchor, g.sms)
 
 
 def _pool_kernel(name: str, members: list[str], anchor: str, g: _Groups) -> Kernel | None:

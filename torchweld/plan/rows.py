@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.tiling import ITEMSIZE, layout
+from torchweld.tiling import ITEMSIZE, SMS, layout
 from torchweld.ir import AUX, ROW_OPS, Node, Ref, ancestors_in, broadcasts_to, reduce_geometry
 
 # Reductions of the same rows one kernel may chain: each is one more pass over the row.
@@ -46,12 +46,12 @@ def compatible(a: Node, b: Node, nodes: dict[str, Node]) -> bool:
     return sa == sb and tuple(a.shape) == tuple(b.shape) and reduce_geometry(a, sa) == reduce_geometry(b, sb)
 
 
-def splits(a: Node, nodes: dict[str, Node]) -> bool:
+def splits(a: Node, nodes: dict[str, Node], sms: int = SMS) -> bool:
     """Few long rows: the reduce layout would split each over several blocks (a chain cannot)."""
 
     x = nodes[a.args[0]]
     O, R, I = reduce_geometry(a, tuple(x.shape))
-    return layout(O, R, I, 16 // ITEMSIZE.get(x.dtype, 4)).split > 1
+    return layout(O, R, I, 16 // ITEMSIZE.get(x.dtype, 4), sms=sms).split > 1
 
 
 def anchor_deps(members: list[str], nodes: dict[str, Node]) -> dict[str, bool]:
@@ -62,7 +62,7 @@ def anchor_deps(members: list[str], nodes: dict[str, Node]) -> dict[str, bool]:
     return dep
 
 
-def members_ok(members: list[str], nodes: dict[str, Node]) -> bool:
+def members_ok(members: list[str], nodes: dict[str, Node], sms: int = SMS) -> bool:
     """A group that one row kernel can run: members in topological order, anchors first-to-last.
 
     Every anchor reduces the same rows; a value computed from an anchor's result has the result's
@@ -74,7 +74,7 @@ def members_ok(members: list[str], nodes: dict[str, Node]) -> bool:
     first = nodes[anchors[0]]
     if not all(compatible(first, nodes[b], nodes) for b in anchors):
         return False
-    if len(anchors) > 1 and splits(first, nodes):
+    if len(anchors) > 1 and splits(first, nodes, sms):
         return False
     full, small = tuple(nodes[first.args[0]].shape), tuple(first.shape)
     dep = anchor_deps(members, nodes)
