@@ -1,12 +1,11 @@
 """Weight packing: a GEMM reading a 2-D parameter transposed (a linear's `W.t()`) reads instead a
 copy laid out (in, out), made once per version and address of the parameter.
 
-cuBLAS then runs the NN form of the GEMM. On the H100 (strict fp32 and bf16, 14 linear shapes, L2
-flushed; docs/benchmarks.md, session 5, "Packed weights") the packed mm took 1.01x-1.18x less time than the
-mm of W.t() in fp32 and 1.13x-1.32x less in bf16; the packed addmm 1.00x-1.42x and 1.06x-1.20x
-less than eager's addmm. The copy costs the weight's memory once more; an in-place update or load_state_dict
-packs again (`_tw_pack` in runtime/pack.py). The product is the same up to the summation order
-of the GEMM kernel cuBLAS picks, as with any other cuBLAS kernel choice.
+cuBLAS then runs the NN form of the GEMM, which was measured faster than the TN form of `W.t()`
+(docs/benchmarks.md, "Packed weights", has the figures). The copy costs the weight's memory once
+more; an in-place update or load_state_dict packs again (`_tw_pack` in runtime/pack.py). The product
+is the same up to the summation order of the GEMM kernel cuBLAS picks, as with any other cuBLAS
+kernel choice.
 """
 from __future__ import annotations
 
