@@ -147,19 +147,24 @@ template <class F> void twg_emu_wait(std::unique_lock<std::mutex>& l, std::condi
 struct TwgEmuBarrier {
   int count;
   int arrived = 0;
-  uint64_t gen = 0;
+  std::atomic<uint64_t> gen{0};
   std::mutex m;
   std::condition_variable cv;
   explicit TwgEmuBarrier(int n) : count(n) {}
   void wait(const char* what) {
-    std::unique_lock<std::mutex> l(m);
-    const uint64_t my = gen;
-    if (++arrived == count) {
-      arrived = 0, ++gen;
-      cv.notify_all();
-      return;
+    uint64_t my;
+    {
+      std::unique_lock<std::mutex> l(m);
+      my = gen.load();
+      if (++arrived == count) {
+        arrived = 0, gen.store(my + 1);
+        cv.notify_all();
+        return;
+      }
     }
-    twg_emu_wait(l, cv, [&] { return gen != my; }, what);
+    for (int i = 0; i < 64 && gen.load() == my; ++i) std::this_thread::yield();  // most waits are short
+    std::unique_lock<std::mutex> l(m);
+    twg_emu_wait(l, cv, [&] { return gen.load() != my; }, what);
   }
 };
 struct TwgEmuMbar { int expected = 0, pending = 0; long long tx = 0; unsigned phase = 0; };
@@ -170,7 +175,8 @@ struct TwgEmuThread {
   std::vector<TwgEmuCopy> cp_open;
   std::vector<std::vector<TwgEmuWgOp>> wg_groups;
   std::vector<TwgEmuWgOp> wg_open;
-  const void* slot[3];
+  uint32_t ma[2][4], mb[2][2];  // mma.sync fragments, two sets
+  unsigned calls = 0;
   float val;
 };
 struct TwgEmuTma { unsigned char* dst; CUtensorMap map; uint64_t* bar; int c[3]; };
@@ -284,47 +290,41 @@ template <int N> void twg_cp_wait() {
 }
 
 // ---- mma.sync ------------------------------------------------------------------------------------
-// kind 0: m16n8k8 tf32, 1: m16n8k16 f16, 2: m16n8k16 bf16; d = a * b + d for the warp.
+// kind 0: m16n8k8 tf32, 1: m16n8k16 f16, 2: m16n8k16 bf16; d = a * b + d for the warp. Each lane puts
+// its fragments in set (call parity), waits for the warp, and computes its own four outputs; two
+// sets alternate, so a lane can refill a set only after the warp has read it.
+inline double twg_emu_mma_a(int kind, int w0, int m, int k, int set) {  // A(m, k), 16 x K
+  const auto& th = twg_emu_blk->th;
+  if (kind == 0) {  // a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+    const uint32_t* ra = th[w0 + 4 * (m % 8) + k % 4].ma[set];
+    return twg_emu_tf32(ra[(m / 8) + 2 * (k / 4)]);
+  }  // register r holds (g + 8 (r % 2), 2t + 8 (r / 2) + h), h = 0 in the low half
+  const uint32_t* ra = th[w0 + 4 * (m % 8) + (k % 8) / 2].ma[set];
+  return twg_emu_h(ra[(m / 8) + 2 * (k / 8)], k % 2, kind == 2);
+}
+inline double twg_emu_mma_b(int kind, int w0, int k, int n, int set) {  // B(k, n), K x 8
+  const auto& th = twg_emu_blk->th;
+  if (kind == 0) {  // b0 (k = t, n = g), b1 (k = t + 4, n = g)
+    const uint32_t* rb = th[w0 + 4 * n + k % 4].mb[set];
+    return twg_emu_tf32(rb[k / 4]);
+  }  // b0 (k = 2t + h, n = g), b1 (k = 2t + 8 + h, n = g)
+  const uint32_t* rb = th[w0 + 4 * n + (k % 8) / 2].mb[set];
+  return twg_emu_h(rb[k / 8], k % 2, kind == 2);
+}
 inline void twg_emu_mma(int kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  auto& th = twg_emu_blk->th;
-  const int t = twg_tid(), w0 = t & ~31;
-  th[t].slot[0] = a, th[t].slot[1] = b, th[t].slot[2] = d;
+  auto& me = twg_emu_blk->th[twg_tid()];
+  const int set = me.calls++ % 2, w0 = twg_tid() & ~31, g = (twg_tid() % 32) / 4, q = twg_tid() % 4;
+  const float c[4] = {d[0], d[1], d[2], d[3]};
+  std::memcpy(me.ma[set], a, sizeof a);
+  std::memcpy(me.mb[set], b, sizeof b);
   __syncwarp();
-  if ((t & 31) == 0) {
-    const int K = kind ? 16 : 8;
-    double A[16][16], B[16][8], C[16][8];
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, q = l % 4;
-      const uint32_t* ra = (const uint32_t*)th[w0 + l].slot[0];
-      const uint32_t* rb = (const uint32_t*)th[w0 + l].slot[1];
-      const float* rc = (const float*)th[w0 + l].slot[2];
-      if (kind == 0) {
-        A[g][q] = twg_emu_tf32(ra[0]), A[g + 8][q] = twg_emu_tf32(ra[1]);
-        A[g][q + 4] = twg_emu_tf32(ra[2]), A[g + 8][q + 4] = twg_emu_tf32(ra[3]);
-        B[q][g] = twg_emu_tf32(rb[0]), B[q + 4][g] = twg_emu_tf32(rb[1]);
-      } else {
-        for (int h = 0; h < 2; ++h) {
-          A[g][2 * q + h] = twg_emu_h(ra[0], h, kind == 2), A[g + 8][2 * q + h] = twg_emu_h(ra[1], h, kind == 2);
-          A[g][2 * q + 8 + h] = twg_emu_h(ra[2], h, kind == 2), A[g + 8][2 * q + 8 + h] = twg_emu_h(ra[3], h, kind == 2);
-          B[2 * q + h][g] = twg_emu_h(rb[0], h, kind == 2), B[2 * q + 8 + h][g] = twg_emu_h(rb[1], h, kind == 2);
-        }
-      }
-      C[g][2 * q] = rc[0], C[g][2 * q + 1] = rc[1], C[g + 8][2 * q] = rc[2], C[g + 8][2 * q + 1] = rc[3];
-    }
-    float D[16][8];
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 8; ++j) {
-        double s = C[i][j];
-        for (int k = 0; k < K; ++k) s += A[i][k] * B[k][j];
-        D[i][j] = twg_emu_round(s);
-      }
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, q = l % 4;
-      float* rd = (float*)th[w0 + l].slot[2];
-      rd[0] = D[g][2 * q], rd[1] = D[g][2 * q + 1], rd[2] = D[g + 8][2 * q], rd[3] = D[g + 8][2 * q + 1];
-    }
+  const int K = kind ? 16 : 8;
+  for (int i = 0; i < 4; ++i) {  // d0 (g, 2t), d1 (g, 2t + 1), d2 (g + 8, 2t), d3 (g + 8, 2t + 1)
+    const int m = g + 8 * (i / 2), n = 2 * q + i % 2;
+    double s = c[i];
+    for (int k = 0; k < K; ++k) s += twg_emu_mma_a(kind, w0, m, k, set) * twg_emu_mma_b(kind, w0, k, n, set);
+    d[i] = twg_emu_round(s);
   }
-  __syncwarp();
 }
 inline void twg_mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { twg_emu_mma(0, d, a, b); }
 inline void twg_mma_f16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { twg_emu_mma(1, d, a, b); }

@@ -139,16 +139,21 @@ template <int N> void twg_keep(uint32_t (&)[N]) {}
 template <int R> void twg_setmaxnreg_inc() { static_assert(R % 8 == 0 && R >= 24 && R <= 256, "setmaxnreg range"); }
 template <int R> void twg_setmaxnreg_dec() { static_assert(R % 8 == 0 && R >= 24 && R <= 256, "setmaxnreg range"); }
 
-// Element (mn, k) of a descriptor's operand, by the canonical layouts of the 128-byte swizzle mode:
-// K-major ((8,m),(T,2)):((8T,SBO),(1,T)) and MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) (T = 16 bytes).
-inline double twg_emu_desc_elem(uint64_t desc, int mn, int k, bool mn_major, int kind) {
+// Shared address of element (mn, k) of a descriptor's operand, by the canonical layouts of the 128-byte
+// swizzle mode (CuTe make_gmma_desc; T = 16 bytes, es the element size):
+//   K-major  ((8,m),(T,2)):((8T,SBO),(1,T))          row mn % 8 of an 8-row group, groups SBO apart
+//   MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))    128 bytes of mn per k-row, LBO to the next 128, SBO per 8 k
+inline uint32_t twg_emu_desc_addr(uint64_t desc, int mn, int k, bool mn_major, uint32_t es) {
   if ((desc >> 62) != 1 || ((desc >> 49) & 7) != 0) twg_emu_fail("wgmma descriptor: not a 128-byte swizzle with base offset 0");
   const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4;
-  const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4, es = kind == TWG_SS_F16 || kind == TWG_SS_BF16 ? 2 : 4;
-  const uint32_t per = 128 / es;  // elements in one swizzle row
+  const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4, per = 128 / es;
   const uint32_t off = mn_major ? (mn % per) * es + (mn / per) * lbo + (k % 8) * 128 + (k / 8) * sbo
                                 : (mn % 8) * 128 + (mn / 8) * sbo + k * es;
-  const unsigned char* p = twg_emu_at(twg_emu_swz128(start + off), es);
+  return twg_emu_swz128(start + off);
+}
+inline double twg_emu_desc_elem(uint64_t desc, int mn, int k, bool mn_major, int kind) {
+  const uint32_t es = kind == TWG_SS_F16 || kind == TWG_SS_BF16 ? 2 : 4;
+  const unsigned char* p = twg_emu_at(twg_emu_desc_addr(desc, mn, k, mn_major, es), es);
   if (es == 4) { uint32_t u; std::memcpy(&u, p, 4); return twg_emu_tf32(u); }
   uint16_t h;
   std::memcpy(&h, p, 2);

@@ -40,25 +40,24 @@ def storage(shape_and_strides: tuple, batch_m_n: tuple) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(batch_m_n, shape_and_strides))
 
 
-def _strided(n_elems: int, sizes: tuple, strides: tuple, dtype, gen, device, fill="randn") -> tuple:
-    base = torch.randn(n_elems, generator=gen, dtype=torch.float64) if fill == "randn" else \
-        torch.rand(n_elems, generator=gen, dtype=torch.float64)
-    base = base.to(dtype).to(device)
+def _strided(n_elems: int, sizes: tuple, strides: tuple, dtype, gen, fill="randn") -> tuple:
+    draw = torch.randn if fill == "randn" else torch.rand
+    base = draw(n_elems, generator=gen, dtype=torch.float32, device=gen.device).to(dtype)
     return base, base.as_strided(sizes, strides)
 
 
 def operands(case: Case, seed: int = 0, device: str = "cpu", fill: str = "randn") -> dict:
     """Every buffer the launcher takes, as (storage, logical view): a, b, c, inputs; out and red poisoned with NaN."""
     s = normalise(case.spec)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     dt = TORCH_DTYPE[s.dtype]
     nb, m, n, k = s.batch, s.m, s.n, s.k
-    ops = {"a": _strided(storage(s.a_strides, (nb, m, k)), (nb, m, k), s.a_strides, dt, gen, device, fill),
-           "b": _strided(storage(s.b_strides, (nb, k, n)), (nb, k, n), s.b_strides, dt, gen, device, fill)}
+    ops = {"a": _strided(storage(s.a_strides, (nb, m, k)), (nb, m, k), s.a_strides, dt, gen, fill),
+           "b": _strided(storage(s.b_strides, (nb, k, n)), (nb, k, n), s.b_strides, dt, gen, fill)}
     if s.c_strides:
-        ops["c"] = _strided(storage(s.c_strides, (nb, m, n)), (nb, m, n), s.c_strides, dt, gen, device, fill)
+        ops["c"] = _strided(storage(s.c_strides, (nb, m, n)), (nb, m, n), s.c_strides, dt, gen, fill)
     for x in s.inputs:
-        ops[x.name] = _strided(storage(x.strides, (nb, m, n)), (nb, m, n), x.strides, TORCH_DTYPE[x.dtype], gen, device, fill)
+        ops[x.name] = _strided(storage(x.strides, (nb, m, n)), (nb, m, n), x.strides, TORCH_DTYPE[x.dtype], gen, fill)
     if s.store:
         out = torch.full((storage(s.out_strides, (nb, m, n)),), float("nan"), dtype=dt, device=device)
         ops["out"] = out, out.as_strided((nb, m, n), s.out_strides)
@@ -69,14 +68,14 @@ def operands(case: Case, seed: int = 0, device: str = "cpu", fill: str = "randn"
 
 
 def oracle(case: Case, ops: dict) -> tuple:
-    """(out, red) in fp64 from the operands as the kernel sees them (fp16/bf16 inputs exactly)."""
+    """(out, red) in fp64, on the operands' device, from the operands as the kernel sees them."""
     s = normalise(case.spec)
-    a, b = ops["a"][1].double().cpu(), ops["b"][1].double().cpu()
+    a, b = ops["a"][1].double(), ops["b"][1].double()
     acc = torch.matmul(a, b) * s.alpha
     if s.c_strides and s.beta:
-        acc = acc + s.beta * ops["c"][1].double().cpu()
-    idx = lambda d: torch.arange(acc.shape[d]).view([-1 if i == d else 1 for i in range(3)])  # noqa: E731
-    views = {x.name: ops[x.name][1].double().cpu() for x in s.inputs}
+        acc = acc + s.beta * ops["c"][1].double()
+    idx = lambda d: torch.arange(acc.shape[d], device=acc.device).view([-1 if i == d else 1 for i in range(3)])  # noqa: E731
+    views = {x.name: ops[x.name][1].double() for x in s.inputs}
     out = case.epi(acc, idx(1), idx(2), idx(0), views) + torch.zeros_like(acc)
     red = None
     if s.reduce:
@@ -96,7 +95,7 @@ def call(lib, case: Case, ops: dict, vec: int = 1, stream: int | None = None) ->
 
 def errors(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, int]:
     """(max abs error, ||got - ref|| / ||ref||, count of NaN where ref is finite: unwritten elements)."""
-    got = got.double().cpu()
+    got = got.double()
     unwritten = int((got.isnan() & ~ref.isnan()).sum())
     d = (got - ref).nan_to_num(0.0)
     return float(d.abs().max()), float(d.norm() / ref.norm().clamp_min(1e-300)), unwritten
@@ -106,18 +105,23 @@ def errors(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, int]:
 TOLERANCE = {"3xtf32": 2e-6, "1xtf32": 3e-3, "native": 1e-2}
 
 
+# NOTE: -fno-gnu-unique: without it the loader merges the emulator's globals (inline variables,
+# statics of templates) across the libraries one process loads, e.g. the cc 80 and cc 90 copies.
+GXX_FLAGS = ["-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-fno-gnu-unique", f"-I{HERE}"]
+
+
 def build_emu(specs: list[GemmSpec], out_dir: Path, cc: int = 90, rz: bool = False, seed: int = 1) -> ctypes.CDLL:
     """The sites' CUDA source built by g++ against tests/gemm_emu.h (cached by content), loaded as a
     device of compute capability `cc` (one load per cc: the launchers cache their path per device)."""
-    src = gemm_source(specs, emu=True)
-    head = (HERE / "gemm_emu.h").read_text() + (HERE / "gemm_emu_sm90.h").read_text()
+    src = gemm_source(specs, emu=True) + '#include "gemm_emu_check.h"\n'
+    head = "".join((HERE / f).read_text() for f in ("gemm_emu.h", "gemm_emu_sm90.h", "gemm_emu_check.h"))
     key = hashlib.sha256((src + head).encode()).hexdigest()[:16]
     lib = out_dir / f"gemm_emu_{key}.so"
     if not lib.exists():
         cpp = lib.with_suffix(".cc")
         cpp.write_text(src)
-        proc = subprocess.run([shutil.which("g++") or "g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                               f"-I{HERE}", str(cpp), "-o", str(lib)], capture_output=True, text=True)
+        proc = subprocess.run([shutil.which("g++") or "g++", *GXX_FLAGS, str(cpp), "-o", str(lib)],
+                              capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"g++ failed on {cpp}:\n{proc.stderr[-4000:]}")
     copy = lib.with_name(f"{lib.stem}_cc{cc}.so")
@@ -126,6 +130,7 @@ def build_emu(specs: list[GemmSpec], out_dir: Path, cc: int = 90, rz: bool = Fal
     so = ctypes.CDLL(str(copy))
     so.twg_emu_config.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint]
     so.twg_emu_error.restype = ctypes.c_char_p
+    so.twg_emu_check_layouts.restype = ctypes.c_long
     so.twg_emu_config(cc, int(rz), seed)
     return so
 

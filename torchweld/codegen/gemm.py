@@ -57,6 +57,8 @@ class GemmSpec:
     store: bool = True
     fold: bool | None = None  # 3xTF32: add each k-tile's products into the sum apart (None: on)
     sms: int = 132  # multiprocessors the tile choice assumes (H100/H200 SXM)
+    sm90_tile: tuple[int, int] | None = None  # (BM, BN) instead of the chosen one (tests, tuning)
+    sm80_tile: tuple[int, int, int, int] | None = None  # (BM, BN, WM, WN)
 
 
 @dataclass(frozen=True)
@@ -152,10 +154,12 @@ def _sm90_smem(es: int, bm: int, bn: int, stages: int, a_kmaj: bool, b_kmaj: boo
 def _pick_sm90(spec: GemmSpec, es: int, a_kmaj: bool, b_kmaj: bool, prec: int) -> tuple[int, int, int]:
     best = None
     for (bm, bn), eff in _EFF90.items():
-        if prec == 3 and bn > 128:  # 3xTF32 holds a second accumulator set: 64 x 128 per warpgroup
+        if spec.sm90_tile and (bm, bn) != tuple(spec.sm90_tile):
+            continue
+        if prec == 3 and bn > 128 and not spec.sm90_tile:  # 3xTF32 holds a second accumulator set
             continue
         if prec == 3:
-            eff = {128: 1.0, 64: 0.8}[bn] * (1.0 if bm == 128 else 0.8)
+            eff = {256: 1.0, 128: 1.0, 64: 0.8}[bn] * (1.0 if bm == 128 else 0.8)
         blocks = math.ceil(spec.m / bm) * (1 if spec.reduce else math.ceil(spec.n / bn)) * spec.batch
         work = bm * (math.ceil(spec.n / bn) * bn if spec.reduce else bn)
         cost = math.ceil(blocks / spec.sms) * work / eff
@@ -167,6 +171,9 @@ def _pick_sm90(spec: GemmSpec, es: int, a_kmaj: bool, b_kmaj: bool, prec: int) -
 
 
 def _pick_sm80(spec: GemmSpec) -> tuple[int, int, int, int, int]:
+    if spec.sm80_tile:
+        bm, bn, wm, wn = spec.sm80_tile
+        return bm, bn, wm, wn, 3 if bm + bn > 128 else 4
     if spec.reduce:  # warps stacked along M, each spanning the block's columns
         return (128, 64, 16, 64, 3) if math.ceil(spec.m / 128) * spec.batch >= spec.sms // 2 else (64, 64, 16, 64, 4)
     big = math.ceil(spec.m / 128) * math.ceil(spec.n / 128) * spec.batch >= spec.sms // 2

@@ -18,9 +18,10 @@ TWG_DEV uint64_t twg_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
          ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
 // Descriptor of k-step j of a tile (32 bytes of k per step): K-major rows are 128 bytes, 8-row groups
-// 1024 apart; an MN-major step is 8 k-rows x 2 groups (2048 bytes), its 64-wide boxes BK * 128 apart.
+// 1024 apart; an MN-major step is 32 / ES = BK / 4 k-rows of 128 bytes (8-row groups 1024 apart), its
+// 128-byte-wide boxes BK * 128 apart.
 template <bool KMAJ, int BK> TWG_DEV uint64_t twg_desc_step(const unsigned char* tile, int j) {
-  return KMAJ ? twg_desc(tile + 32 * j, 16, 1024) : twg_desc(tile + 2048 * j, BK * 128, 1024);
+  return KMAJ ? twg_desc(tile + 32 * j, 16, 1024) : twg_desc(tile + 32 * BK * j, BK * 128, 1024);
 }
 
 template <bool RANK3>
