@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 
-from gemm_harness import NVCC_SM80, NVCC_SM90, TOLERANCE, Case, call, col, errors, operands, oracle  # noqa: E402
+from gemm_harness import NVCC_SM80, NVCC_SM90, TOLERANCE, Case, bind, call, col, errors, operands, oracle  # noqa: E402
 from torchweld.codegen.gemm import GemmSpec as G  # noqa: E402
 from torchweld.codegen.gemm import plan  # noqa: E402
 from torchweld.codegen.gemm_source import gemm_source  # noqa: E402
@@ -204,7 +204,7 @@ def run_case(cls: str, case: Case, lib, flush: torch.Tensor, reps: int) -> dict:
     if torch.cuda.get_device_capability()[0] == 9 and s.sm90:
         row["checks"]["wgmma path"] = row["path"] == 90
     stream = torch.cuda.current_stream().cuda_stream
-    times = {"ours": median_ms(lambda: call(lib, case, ops, 1, stream), flush, reps)}
+    times = {"ours": median_ms(bind(lib, case, ops, 1, stream), flush, reps)}
     errs = {"ours": row["ours_err"]["rel"]}
     plain = spec.store and not spec.inputs and not spec.c_strides
     for name, fn in (baselines(case, ops) if plain else {"cuBLAS fp32 + eager": lambda: eager(case, ops)}).items():

@@ -84,13 +84,20 @@ def oracle(case: Case, ops: dict) -> tuple:
     return out, red
 
 
-def call(lib, case: Case, ops: dict, vec: int = 1, stream: int | None = None) -> int:
-    """tw_launch_<name>(pointers in the site's order, vec, stream); returns its cudaError_t."""
+def bind(lib, case: Case, ops: dict, vec: int = 1, stream: int | None = None):
+    """A function of no argument that launches the site on these operands (what bench/gemm.py times:
+    the arguments are converted once, so a call costs what an emitted file's call costs)."""
     site = gemm_site(case.spec)
     fn = getattr(lib, "tw_launch_" + case.spec.name)
     fn.argtypes = [ctypes.c_void_p] * len(site.args) + [ctypes.c_int, ctypes.c_void_p]
     fn.restype = ctypes.c_int
-    return fn(*[ops[a][0].data_ptr() for a in site.args], vec, stream)
+    args = [ops[a][0].data_ptr() for a in site.args] + [vec, stream]
+    return lambda: fn(*args)
+
+
+def call(lib, case: Case, ops: dict, vec: int = 1, stream: int | None = None) -> int:
+    """tw_launch_<name>(pointers in the site's order, vec, stream); returns its cudaError_t."""
+    return bind(lib, case, ops, vec, stream)()
 
 
 def errors(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, int]:

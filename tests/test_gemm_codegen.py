@@ -58,6 +58,8 @@ CASES = [
     Case("f32_big", G("f32_big", 136, 140, 72, sm90_tile=(128, 128), sm80_tile=(128, 128, 64, 32))),
     Case("f32_big_bt", G("f32_big_bt", 130, 132, 100, batch=2, a_strides=(0, 100, 1), b_strides=(0, 1, 100),
                          sm90_tile=(128, 128))),
+    Case("tf32_kn", G("tf32_kn", 130, 200, 300, precision="1xtf32", sm90_tile=(128, 256), swap=False)),  # converter + SS
+    Case("f32_noswap", G("f32_noswap", 136, 140, 72, sm90_tile=(128, 128), swap=False)),  # converter: hi and lo
     Case("tf32_big_nn", G("tf32_big_nn", 132, 200, 72, precision="1xtf32", a_strides=T(132, 72), sm90_tile=(128, 256))),
     Case("f16_big", G("f16_big", 136, 264, 200, dtype="float16", a_strides=T(136, 200), sm90_tile=(128, 256))),
     Case("bf16_big", G("bf16_big", 130, 256, 136, dtype="bfloat16", b_strides=(0, 1, 136), sm90_tile=(64, 256))),
@@ -283,6 +285,17 @@ def test_unsupported_specs_say_why():
     assert unsupported(G("x", 4, 4, 4, inputs=(col("acc"),))) == "epilogue input acc"
     with pytest.raises(ValueError, match="unsupported"):
         plan(G("x", 4, 4, 4, reduce="prod"))
+
+
+def test_tf32_sites_transpose_where_it_saves_the_converter():
+    """An N-major fp32 B with a K-major A: the kernel computes (B^T A^T)^T, its B (= A) K-major."""
+    p = plan(G("a", 4096, 2048, 1024))
+    assert p.swap and (p.m, p.n) == (2048, 4096) and p.b_kmaj and not p.a_kmaj
+    assert "int batch, int col, int row, float acc" in gemm_site(G("a", 4096, 2048, 1024)).source
+    assert not plan(G("a", 4096, 2048, 1024, b_strides=(0, 1, 1024))).swap  # linear: B already K-major
+    assert not plan(G("a", 4096, 2048, 1024, dtype="float16")).swap  # fp16 wgmma reads either major
+    assert not plan(G("a", 4096, 2048, 1024, reduce="sum")).swap  # rows stay rows
+    assert not plan(G("a", 37, 45, 29)).swap  # no wgmma kernel: nothing to save
 
 
 def test_tiles_follow_the_shape():

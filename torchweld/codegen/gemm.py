@@ -56,6 +56,7 @@ class GemmSpec:
     reduce_strides: tuple[int, int] | None = None  # over (batch, row); None: contiguous
     store: bool = True
     fold: bool | None = None  # 3xTF32: add each k-tile's products into the sum apart (None: on)
+    swap: bool | None = None  # compute out^T = B^T A^T (None: where it saves TF32 conversion work)
     sms: int = 132  # multiprocessors the tile choice assumes (H100/H200 SXM)
     sm90_tile: tuple[int, int] | None = None  # (BM, BN) instead of the chosen one (tests, tuning)
     sm80_tile: tuple[int, int, int, int] | None = None  # (BM, BN, WM, WN)
@@ -63,9 +64,13 @@ class GemmSpec:
 
 @dataclass(frozen=True)
 class GemmPlan:
-    """What the generator decided for a site: operand layouts, which main loops exist, their tiles."""
+    """What the generator decided for a site: the problem the kernel computes (the site's, or its
+    transpose where `swap`), operand layouts, which main loops exist, their tiles."""
     spec: GemmSpec
-    a: tuple[int, int, int]  # normalised strides
+    swap: bool  # the kernel computes out^T = B^T A^T: its A is B^T, its B is A^T, its rows are columns
+    m: int  # the kernel's rows and columns
+    n: int
+    a: tuple[int, int, int]  # the kernel's strides: A over (batch, m, k), B over (batch, k, n), out (batch, m, n)
     b: tuple[int, int, int]
     out: tuple[int, int, int]
     a_kmaj: bool
@@ -90,7 +95,7 @@ class GemmPlan:
             ways.append(f"sm_90a wgmma {bm}x{bn}x{128 // DTYPES[s.dtype][1]}, {st} TMA stages")
         bm, bn, wm, wn, st = self.sm80
         ways.append(f"mma.sync {bm}x{bn}x{128 // DTYPES[s.dtype][1]} (warps {wm}x{wn}), {st} cp.async stages")
-        return f"{s.precision} " + "; ".join(ways)
+        return f"{s.precision}{' as (B^T A^T)^T' if self.swap else ''} " + "; ".join(ways)
 
 
 def unsupported(spec: GemmSpec) -> str | None:
@@ -108,6 +113,8 @@ def unsupported(spec: GemmSpec) -> str | None:
         return f"row reduction {spec.reduce}"
     if not spec.store and spec.reduce is None:
         return "nothing to write"
+    if spec.swap and spec.reduce:
+        return "a row reduction of a transposed problem"
     for x in spec.inputs:
         if x.name in RESERVED or not x.name.isidentifier() or x.kind not in ("row", "col", "full") or x.dtype not in DTYPES:
             return f"epilogue input {x.name}"
@@ -196,5 +203,15 @@ def plan(spec: GemmSpec) -> GemmPlan:
     vec = (a_contig and b_contig and _aligned(es, am if a_kmaj else ak, ab, bn if b_kmaj else bk, bb)
            and max(spec.m, spec.n, spec.k) < 1 << 31)
     prec = {"3xtf32": 3, "1xtf32": 1, "native": 0}[spec.precision]
-    sm90 = _pick_sm90(spec, es, a_kmaj, b_kmaj, prec) if vec else None
-    return GemmPlan(spec, (ab, am, ak), (bb, bk, bn), spec.out_strides, a_kmaj, b_kmaj, vec, sm90, _pick_sm80(spec))
+    # NOTE: TF32 wgmma reads B only K-major: an N-major B would go through the converter warps (a
+    # transposed copy). With A K-major, the transposed problem has a K-major B (A itself) and reads
+    # B^T as its A from registers instead. Row reductions keep rows as rows.
+    swap = spec.swap if spec.swap is not None else (es == 4 and vec and a_kmaj and not b_kmaj and not spec.reduce)
+    ob, om, on = spec.out_strides
+    if swap:
+        kp = replace(spec, m=spec.n, n=spec.m)
+        a, b, out, a_kmaj, b_kmaj = (bb, bn, bk), (ab, ak, am), (ob, on, om), b_kmaj, a_kmaj
+    else:
+        kp, a, b, out = spec, (ab, am, ak), (bb, bk, bn), (ob, om, on)
+    sm90 = _pick_sm90(kp, es, a_kmaj, b_kmaj, prec) if vec else None
+    return GemmPlan(spec, swap, kp.m, kp.n, a, b, out, a_kmaj, b_kmaj, vec, sm90, _pick_sm80(kp))

@@ -86,14 +86,14 @@ def _struct(p: GemmPlan, sname: str) -> str:
 struct {sname} {{
   using T = {t};
   using TO = {to};
-  static constexpr int M = {s.m}, N = {s.n}, K = {s.k}, BATCH = {s.batch};
+  static constexpr int M = {p.m}, N = {p.n}, K = {s.k}, BATCH = {s.batch};
   static constexpr long long SA_B = {ab}LL, SA_M = {am}LL, SA_K = {ak}LL, SB_B = {bb}LL, SB_K = {bk}LL, SB_N = {bn}LL;
   static constexpr long long SO_B = {ob}LL, SO_M = {om}LL, SO_N = {on}LL, SR_B = {rb}LL, SR_M = {rm}LL;
   static constexpr bool A_KMAJ = {str(p.a_kmaj).lower()}, B_KMAJ = {str(p.b_kmaj).lower()}, STORE = {str(s.store).lower()};
   static constexpr bool A_RANK3 = {rank3(ab)}, B_RANK3 = {rank3(bb)};
   static constexpr int PREC = {p.prec}, REDUCE = {REDUCE_OPS.get(s.reduce, 0)}, FOLD = {int(p.fold)};
   struct Ptrs {{ {" ".join(ptrs)} }};
-  TWG_DEV static float value(const Ptrs& p, int batch, int row, int col, float acc) {{
+  TWG_DEV static float value(const Ptrs& p, int batch, {"int col, int row" if p.swap else "int row, int col"}, float acc) {{
     {body}
     return ({s.epilogue});
   }}
@@ -111,9 +111,9 @@ def _tma_map(p: GemmPlan, which: str) -> str:
     s, es = p.spec, DTYPES[p.spec.dtype][1]
     bk = 128 // es
     if which == "a":
-        (sb, smn, sk), mn, kmaj, rows = p.a, s.m, p.a_kmaj, p.sm90[0]
+        (sb, smn, sk), mn, kmaj, rows = p.a, p.m, p.a_kmaj, p.sm90[0]
     else:
-        (sb, sk, smn), mn, kmaj, rows = p.b, s.n, p.b_kmaj, p.sm90[1]
+        (sb, sk, smn), mn, kmaj, rows = p.b, p.n, p.b_kmaj, p.sm90[1]
     dims, stride, box = ((s.k, mn), smn, (bk, rows)) if kmaj else ((mn, s.k), sk, (bk, bk))
     rank3 = s.batch > 1 and sb != 0
     dims = (*dims, s.batch) if rank3 else dims
@@ -122,7 +122,7 @@ def _tma_map(p: GemmPlan, which: str) -> str:
     sl = ", ".join(f"{x}ull" for x in strides)
     return (f"      const cuuint64_t d{which}[] = {{{dl}}}, s{which}[] = {{{sl}}};\n"
             f"      const cuuint32_t x{which}[] = {{{box[0]}u, {box[1]}u}};\n"
-            f"      ok = ok && twg_encode(&cache.m{which}, {_TMA_TYPE[s.dtype]}, {len(dims)}, {which}, "
+            f"      ok = ok && twg_encode(&cache.m{which}, {_TMA_TYPE[s.dtype]}, {len(dims)}, ptrs.{which}, "
             f"d{which}, s{which}, x{which});\n")
 
 
@@ -133,11 +133,11 @@ def _launcher(p: GemmPlan, sname: str, args: tuple[str, ...]) -> str:
     k80 = f"twg_sm80<{sname}, {bm}, {bn}, {wm}, {wn}, {st}, {{}}>"
     smem80 = st * (bm + bn) * 128 + 1024
     threads80 = (bm // wm) * (bn // wn) * 32
-    tiles_m, tiles_n = -(-s.m // bm), -(-s.n // bn)
+    tiles_m, tiles_n = -(-p.m // bm), -(-p.n // bn)
     grid80 = f"dim3({tiles_m if s.reduce else tiles_m * tiles_n}u, {s.batch}u)"
     params = ", ".join([f"const void* {a}" for a in args if a not in ("out", "red")]
                        + [f"void* {a}" for a in args if a in ("out", "red")])
-    fields = {"a": f"(const {t}*)a", "b": f"(const {t}*)b", "out": f"({to}*)out" if s.store else "nullptr",
+    fields = {"a": f"(const {t}*){'b' if p.swap else 'a'}", "b": f"(const {t}*){'a' if p.swap else 'b'}", "out": f"({to}*)out" if s.store else "nullptr",
               "red": f"({to}*)red" if s.reduce else "nullptr", "c": f"(const {to}*)c"}
     init = ", ".join([fields["a"], fields["b"], fields["out"], fields["red"]] + ([fields["c"]] if s.c_strides else [])
                      + [f"(const {DTYPES[x.dtype][0]}*){x.name}" for x in s.inputs])
@@ -148,15 +148,15 @@ def _launcher(p: GemmPlan, sname: str, args: tuple[str, ...]) -> str:
         bm9, bn9, st9 = p.sm90
         k90 = f"twg_sm90<{sname}, {bm9}, {bn9}, {st9}>"
         cfg = f"twg_sm90_cfg<{sname}, {bm9}, {bn9}, {st9}>"
-        t9m, t9n = -(-s.m // bm9), -(-s.n // bn9)
+        t9m, t9n = -(-p.m // bm9), -(-p.n // bn9)
         grid90 = f"dim3({t9m if s.reduce else t9m * t9n}u, {s.batch}u)"
         k90_ptr = f"(const void*){k90}"
         sm90 = (f"  if (path == 90 && vec) {{\n"
                 f"    // NOTE: a tensor map holds its tensor's address: encoded again only when a pointer changes\n"
                 f"    static thread_local struct {{ const void* a = nullptr; const void* b = nullptr; CUtensorMap ma, mb; }} cache;\n"
-                f"    bool ok = cache.a == a && cache.b == b;\n"
+                f"    bool ok = cache.a == ptrs.a && cache.b == ptrs.b;\n"
                 f"    if (!ok) {{\n      ok = true;\n{_tma_map(p, 'a')}{_tma_map(p, 'b')}"
-                f"      cache.a = ok ? a : nullptr;\n      cache.b = ok ? b : nullptr;\n    }}\n"
+                f"      cache.a = ok ? ptrs.a : nullptr;\n      cache.b = ok ? ptrs.b : nullptr;\n    }}\n"
                 f"    if (ok) {{\n      using C9 = {cfg};\n      auto k = {k90};\n"
                 f"      TWG_LAUNCH(k, {grid90}, dim3(C9::THREADS), C9::SMEM, st, cache.ma, cache.mb, ptrs);\n"
                 f"      return (int)cudaGetLastError();\n    }}\n  }}\n")

@@ -129,9 +129,12 @@ typedef CUresult (*twg_encode_fn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t,
 static inline twg_encode_fn twg_find_encoder() {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess
-      || found != cudaDriverEntryPointSuccess)
-    return nullptr;
+#if CUDART_VERSION >= 12050
+  const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+#else
+  const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) return nullptr;
   return (twg_encode_fn)fn;
 }
 #endif  // TWG_PTX_CUH

@@ -40,7 +40,7 @@ TWG_DEV void twg_load_tile(unsigned char* dst, const T* src, int mn0, int k0, in
   } else {
     constexpr int ELEMS = ROWS * BK;
     static_assert(ELEMS % NT == 0, "tile elements must divide among the threads");
-#pragma unroll 4
+#pragma unroll 1  // NOTE: unrolled, ptxas keeps the tile's loads in flight and spills (this is the fallback loader)
     for (int i = 0; i < ELEMS / NT; ++i) {
       const int e = tid + i * NT;
       const int r = KMAJ ? e / BK : e % ROWS, kk = KMAJ ? e % BK : e / ROWS;

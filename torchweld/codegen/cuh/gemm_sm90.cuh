@@ -44,7 +44,7 @@ template <class S, int BM, int BN, int STAGES> struct twg_sm90_cfg {
   static constexpr int CWG = BM / 64, THREADS = 128 * (CWG + 1), CONS_WARPS = 4 * CWG, CONV_WARPS = 3;
   static constexpr bool A_REGS = S::PREC == 3 || (ES == 4 && !S::A_KMAJ);
   static constexpr bool CONV_HI = ES == 4 && !S::B_KMAJ, CONV_LO = S::PREC == 3, CONVERT = CONV_HI || CONV_LO;
-  static constexpr bool FOLD = S::FOLD != 0;
+  static constexpr bool FOLD = S::FOLD != 0, PIPE = !A_REGS && !FOLD;
   static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES;
   static constexpr int CBUF = ((CONV_HI ? 1 : 0) + (CONV_LO ? 1 : 0)) * B_BYTES;
   static constexpr int SMEM = STAGES * STAGE + 2 * CBUF + 1024;  // + slack to align the ring to 1024
@@ -143,6 +143,16 @@ TWG_DEV void twg_sm90_mma(float (&acc)[BN / 2], const uint32_t (&ah)[twg_sm90_cf
   }
 }
 
+// A consumer warp is done with k-tile `it`: its stage (and conversion buffer) may be refilled.
+template <bool CONVERT>
+TWG_DEV void twg_sm90_release(uint64_t* empty, uint64_t* cempty, int it, int stages, int lane) {
+  __syncwarp();
+  if (lane == 0) {
+    twg_mbar_arrive(&empty[it % stages]);
+    if (CONVERT) twg_mbar_arrive(&cempty[it & 1]);
+  }
+}
+
 // Accumulator i of a thread (lane = 4g + t, warp w of its warpgroup) is row 16w + g + 8 ((i / 2) % 2),
 // column 8 (i / 4) + 2t + i % 2.
 template <class S, int BN>
@@ -184,17 +194,26 @@ TWG_DEV void twg_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, un
     twg_sm90_mma<S, BM, BN, STAGES>(acc, ah, al, st, C::CONV_HI ? cb : st + C::A_BYTES,
                                     cb + (C::CONV_HI ? C::B_BYTES : 0), cw, (C::FOLD || kt == 0) ? 0 : 1);
     twg_wgmma_commit();
-    twg_wgmma_wait<0>();
-    twg_keep(acc);
+    // NOTE: with A and the accumulators untouched between k-tiles (no registers A, no fold) the
+    // k-tile's wgmmas stay in flight while the next are issued; the stage they read is released
+    // one iteration later, or at once at a tile's end (the epilogue needs them done).
+    if constexpr (C::PIPE) {
+      twg_wgmma_wait<1>();
+      if (kt != 0) twg_sm90_release<C::CONVERT>(empty, cempty, it - 1, STAGES, lane);
+      if (kt == C::KT - 1) {
+        twg_wgmma_wait<0>();
+        twg_sm90_release<C::CONVERT>(empty, cempty, it, STAGES, lane);
+      }
+      twg_keep(acc);
+    } else {
+      twg_wgmma_wait<0>();
+      twg_keep(acc);
 #pragma unroll
-    for (int j = 0; j < C::KS; ++j) {
-      if (C::A_REGS) twg_keep(ah[j]);
-      if (S::PREC == 3) twg_keep(al[j]);
-    }
-    __syncwarp();
-    if (lane == 0) {
-      twg_mbar_arrive(&empty[s]);
-      if (C::CONVERT) twg_mbar_arrive(&cempty[c]);
+      for (int j = 0; j < C::KS; ++j) {
+        if (C::A_REGS) twg_keep(ah[j]);
+        if (S::PREC == 3) twg_keep(al[j]);
+      }
+      twg_sm90_release<C::CONVERT>(empty, cempty, it, STAGES, lane);
     }
     if constexpr (C::FOLD) {
 #pragma unroll
