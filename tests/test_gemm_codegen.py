@@ -22,6 +22,9 @@ from torchweld.codegen.gemm_source import gemm_site, gemm_source
 
 ROOT = Path(__file__).resolve().parents[1]
 NVCC = shutil.which("nvcc")
+# What torch.utils.cpp_extension adds to every CUDA build (its COMMON_NVCC_FLAGS), as an emitted file gets.
+TORCH_NVCC = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+              "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr"]
 GXX = shutil.which("g++")
 
 
@@ -89,7 +92,7 @@ def builds(tmp_path_factory):
     pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if NVCC:
         for arch, flags in (("sm90a", NVCC_SM90), ("sm80", NVCC_SM80)):
-            procs[arch] = subprocess.Popen([NVCC, *flags, "-std=c++17", "-O3", "-cubin", "-Xptxas", "-v", str(cu),
+            procs[arch] = subprocess.Popen([NVCC, *flags, *TORCH_NVCC, "-std=c++17", "-O3", "-lineinfo", "-cubin", "-Xptxas", "-v", str(cu),
                                             "-o", str(out / f"{arch}.cubin")], **pipe)
         procs["bench"] = subprocess.Popen([sys.executable, str(ROOT / "bench" / "gemm.py"), str(out / "bench"),
                                            "--dry-run", "--only", "irr_odd_3x", "--jobs", "1"], **pipe)
@@ -115,8 +118,10 @@ def emu(builds):
 @pytest.mark.parametrize("arch", ["sm90a", "sm80"])
 def test_nvcc_builds_without_spills(builds, arch):
     """Every kernel of the main configurations compiles with a zero-byte stack frame (no local memory);
-    the wgmma kernels (empty bodies in the sm_80 build) start at the register cap (setmaxnreg)."""
+    the wgmma kernels (empty bodies in the sm_80 build) start at the register cap (setmaxnreg), and
+    ptxas neither serialises wgmma nor inserts waits (C7517, C7518) nor ignores setmaxnreg (C7508)."""
     log = _nvcc(builds, arch)
+    assert not re.findall(r"C75(07|08|17|18)[^\n]*", log), re.findall(r"C75\d\d[^\n]*", log)
     kernels = re.findall(r"Function properties for (\w+)\n\s+(\d+) bytes stack frame, (\d+) bytes spill stores", log)
     assert len(kernels) == 3 * len(NVCC_SPECS), log[-2000:]  # 2 mma.sync (vector, element loads) + 1 wgmma
     assert [k for k, frame, spill in kernels if frame != "0" or spill != "0"] == []

@@ -163,10 +163,12 @@ TWG_DEV void twg_sm90_out(const typename S::Ptrs& p, int b, int row, int n0, int
     twg_out<S>(p, b, row + 8 * ((i / 2) % 2), n0 + 8 * (i / 4) + 2 * t + i % 2, x[i], red[(i / 2) % 2]);
 }
 
+// Column tiles (all of them with a row reduction, else one) of k-tiles each; `it` counts k-tiles
+// across them as the producer and the converter do.
 template <class S, int BM, int BN, int STAGES>
 TWG_DEV void twg_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, unsigned char* conv, uint64_t* full,
                               uint64_t* empty, uint64_t* cfull, uint64_t* cempty, int cw, int warp, int lane, int b,
-                              int tm, int tn0, int total) {
+                              int tm, int tn0) {
   using C = twg_sm90_cfg<S, BM, BN, STAGES>;
   const int g = lane / 4, t = lane % 4, r0 = cw * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
   float acc[BN / 2], sum[C::FOLD ? BN / 2 : 1];
@@ -174,56 +176,58 @@ TWG_DEV void twg_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, un
   float red[2] = {twg_red_init<S::REDUCE ? S::REDUCE : 1>(), twg_red_init<S::REDUCE ? S::REDUCE : 1>()};
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-  for (int it = 0; it < total; ++it) {
-    const int s = it % STAGES, c = it & 1, kt = it % C::KT;
-    const unsigned char* st = smem + s * C::STAGE;
-    twg_mbar_wait(&full[s], (it / STAGES) & 1);
-    if constexpr (C::A_REGS) {
+  int it = 0;
+  for (int tile = 0; tile < (S::REDUCE ? C::TILES_N : 1); ++tile) {
+    for (int kt = 0; kt < C::KT; ++kt, ++it) {
+      const int s = it % STAGES, c = it & 1;
+      const unsigned char* st = smem + s * C::STAGE;
+      twg_mbar_wait(&full[s], (it / STAGES) & 1);
+      if constexpr (C::A_REGS) {
 #pragma unroll
-      for (int j = 0; j < C::KS; ++j) {
-        const int k = 8 * j + t;
-        const float x[4] = {twg_ld32<S::A_KMAJ, C::BK>(st, r0, k), twg_ld32<S::A_KMAJ, C::BK>(st, r0 + 8, k),
-                            twg_ld32<S::A_KMAJ, C::BK>(st, r0, k + 4), twg_ld32<S::A_KMAJ, C::BK>(st, r0 + 8, k + 4)};
+        for (int j = 0; j < C::KS; ++j) {
+          const int k = 8 * j + t;
+          const float x[4] = {twg_ld32<S::A_KMAJ, C::BK>(st, r0, k), twg_ld32<S::A_KMAJ, C::BK>(st, r0 + 8, k),
+                              twg_ld32<S::A_KMAJ, C::BK>(st, r0, k + 4), twg_ld32<S::A_KMAJ, C::BK>(st, r0 + 8, k + 4)};
 #pragma unroll
-        for (int q = 0; q < 4; ++q) twg_split<S::PREC>(x[q], ah[j][q], al[j][q]);
+          for (int q = 0; q < 4; ++q) twg_split<S::PREC>(x[q], ah[j][q], al[j][q]);
+        }
+      }
+      if constexpr (C::CONVERT) twg_mbar_wait(&cfull[c], (it >> 1) & 1);
+      const unsigned char* cb = conv + c * C::CBUF;
+      twg_wgmma_fence();
+      twg_sm90_mma<S, BM, BN, STAGES>(acc, ah, al, st, C::CONV_HI ? cb : st + C::A_BYTES,
+                                      cb + (C::CONV_HI ? C::B_BYTES : 0), cw, (C::FOLD || kt == 0) ? 0 : 1);
+      twg_wgmma_commit();
+      if constexpr (C::PIPE) {
+        // NOTE: with A and the accumulators untouched between k-tiles (no registers A, no fold) a
+        // k-tile's wgmmas stay in flight while the next are issued; the stage they read is released
+        // one iteration later. No wait sits in a branch and nothing reads the accumulators before
+        // the wait after the loop, so ptxas inserts no waits of its own.
+        twg_wgmma_wait<1>();
+        if (kt != 0) twg_sm90_release<C::CONVERT>(empty, cempty, it - 1, STAGES, lane);
+      } else {
+        twg_wgmma_wait<0>();
+        twg_keep(acc);
+#pragma unroll
+        for (int j = 0; j < C::KS; ++j) {
+          if (C::A_REGS) twg_keep(ah[j]);
+          if (S::PREC == 3) twg_keep(al[j]);
+        }
+        twg_sm90_release<C::CONVERT>(empty, cempty, it, STAGES, lane);
+        if constexpr (C::FOLD) {
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) sum[i] = (kt == 0 ? 0.0f : sum[i]) + acc[i];
+        }
       }
     }
-    if constexpr (C::CONVERT) twg_mbar_wait(&cfull[c], (it >> 1) & 1);
-    const unsigned char* cb = conv + c * C::CBUF;
-    twg_wgmma_fence();
-    twg_sm90_mma<S, BM, BN, STAGES>(acc, ah, al, st, C::CONV_HI ? cb : st + C::A_BYTES,
-                                    cb + (C::CONV_HI ? C::B_BYTES : 0), cw, (C::FOLD || kt == 0) ? 0 : 1);
-    twg_wgmma_commit();
-    // NOTE: with A and the accumulators untouched between k-tiles (no registers A, no fold) the
-    // k-tile's wgmmas stay in flight while the next are issued; the stage they read is released
-    // one iteration later, or at once at a tile's end (the epilogue needs them done).
     if constexpr (C::PIPE) {
-      twg_wgmma_wait<1>();
-      if (kt != 0) twg_sm90_release<C::CONVERT>(empty, cempty, it - 1, STAGES, lane);
-      if (kt == C::KT - 1) {
-        twg_wgmma_wait<0>();
-        twg_sm90_release<C::CONVERT>(empty, cempty, it, STAGES, lane);
-      }
-      twg_keep(acc);
-    } else {
       twg_wgmma_wait<0>();
       twg_keep(acc);
-#pragma unroll
-      for (int j = 0; j < C::KS; ++j) {
-        if (C::A_REGS) twg_keep(ah[j]);
-        if (S::PREC == 3) twg_keep(al[j]);
-      }
-      twg_sm90_release<C::CONVERT>(empty, cempty, it, STAGES, lane);
+      twg_sm90_release<C::CONVERT>(empty, cempty, it - 1, STAGES, lane);
     }
-    if constexpr (C::FOLD) {
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) sum[i] = (kt == 0 ? 0.0f : sum[i]) + acc[i];
-    }
-    if (kt == C::KT - 1) {
-      const int n0 = (tn0 + it / C::KT) * BN;
-      if constexpr (C::FOLD) twg_sm90_out<S, BN>(p, b, tm * BM + r0, n0, t, sum, red);
-      else twg_sm90_out<S, BN>(p, b, tm * BM + r0, n0, t, acc, red);
-    }
+    const int n0 = (tn0 + tile) * BN;
+    if constexpr (C::FOLD) twg_sm90_out<S, BN>(p, b, tm * BM + r0, n0, t, sum, red);
+    else twg_sm90_out<S, BN>(p, b, tm * BM + r0, n0, t, acc, red);
   }
   if (S::REDUCE) {
 #pragma unroll
@@ -273,7 +277,7 @@ twg_sm90(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUte
     }
   } else {
     if constexpr (C::CWG > 1) twg_setmaxnreg_inc<C::CONVERT ? 224 : 232>();
-    twg_sm90_consume<S, BM, BN, STAGES>(p, smem, conv, full, empty, cfull, cempty, wg - 1, warp, lane, b, tm, tn0, total);
+    twg_sm90_consume<S, BM, BN, STAGES>(p, smem, conv, full, empty, cfull, cempty, wg - 1, warp, lane, b, tm, tn0);
   }
 #endif
 }
