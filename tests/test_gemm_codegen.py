@@ -62,6 +62,7 @@ CASES = [
     Case("f32_big_bt", G("f32_big_bt", 130, 132, 100, batch=2, a_strides=(0, 100, 1), b_strides=(0, 1, 100),
                          sm90_tile=(128, 128))),
     Case("tf32_kn", G("tf32_kn", 130, 200, 300, precision="1xtf32", sm90_tile=(128, 256), swap=False)),  # converter + SS
+    Case("f32_hi_rna", G("f32_hi_rna", 72, 136, 100, batch=2, tf32_hi="rna")),  # the converter writes B's hi too
     Case("f32_noswap", G("f32_noswap", 136, 140, 72, sm90_tile=(128, 128), swap=False)),  # converter: hi and lo
     Case("tf32_big_nn", G("tf32_big_nn", 132, 200, 72, precision="1xtf32", a_strides=T(132, 72), sm90_tile=(128, 256))),
     Case("f16_big", G("f16_big", 136, 264, 200, dtype="float16", a_strides=T(136, 200), sm90_tile=(128, 256))),

@@ -57,6 +57,7 @@ class GemmSpec:
     store: bool = True
     fold: bool | None = None  # 3xTF32: add each k-tile's products into the sum apart (None: on)
     swap: bool | None = None  # compute out^T = B^T A^T (None: where it saves TF32 conversion work)
+    tf32_hi: str = "trunc"  # 3xTF32 B's hi on Hopper: "trunc" (the tensor core's own reading of B) or "rna"
     sms: int = 132  # multiprocessors the tile choice assumes (H100/H200 SXM)
     sm90_tile: tuple[int, int] | None = None  # (BM, BN) instead of the chosen one (tests, tuning)
     sm80_tile: tuple[int, int, int, int] | None = None  # (BM, BN, WM, WN)
@@ -115,6 +116,8 @@ def unsupported(spec: GemmSpec) -> str | None:
         return "nothing to write"
     if spec.swap and spec.reduce:
         return "a row reduction of a transposed problem"
+    if spec.tf32_hi not in ("trunc", "rna"):
+        return f"tf32_hi {spec.tf32_hi}"
     for x in spec.inputs:
         if x.name in RESERVED or not x.name.isidentifier() or x.kind not in ("row", "col", "full") or x.dtype not in DTYPES:
             return f"epilogue input {x.name}"
@@ -153,8 +156,8 @@ def normalise(spec: GemmSpec) -> GemmSpec:
 _EFF90 = {(128, 256): 1.0, (128, 128): 0.9, (64, 256): 0.8, (64, 128): 0.75, (128, 64): 0.7, (64, 64): 0.55}
 
 
-def _sm90_smem(es: int, bm: int, bn: int, stages: int, a_kmaj: bool, b_kmaj: bool, prec: int) -> int:
-    conv = ((es == 4 and not b_kmaj) + (prec == 3)) * bn * 128
+def _sm90_smem(es: int, bm: int, bn: int, stages: int, a_kmaj: bool, b_kmaj: bool, prec: int, hi_rna=False) -> int:
+    conv = ((es == 4 and (not b_kmaj or hi_rna)) + (prec == 3)) * bn * 128
     return stages * (bm + bn) * 128 + 2 * conv + 1024
 
 
@@ -173,7 +176,8 @@ def _pick_sm90(spec: GemmSpec, es: int, a_kmaj: bool, b_kmaj: bool, prec: int) -
         if best is None or cost < best[0]:
             best = (cost, bm, bn)
     _, bm, bn = best
-    stages = max(s for s in range(2, 7) if s == 2 or _sm90_smem(es, bm, bn, s, a_kmaj, b_kmaj, prec) <= SMEM_MAX)
+    hi_rna = prec == 3 and spec.tf32_hi == "rna"
+    stages = max(s for s in range(2, 7) if s == 2 or _sm90_smem(es, bm, bn, s, a_kmaj, b_kmaj, prec, hi_rna) <= SMEM_MAX)
     return bm, bn, stages
 
 

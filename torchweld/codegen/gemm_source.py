@@ -92,6 +92,7 @@ struct {sname} {{
   static constexpr bool A_KMAJ = {str(p.a_kmaj).lower()}, B_KMAJ = {str(p.b_kmaj).lower()}, STORE = {str(s.store).lower()};
   static constexpr bool A_RANK3 = {rank3(ab)}, B_RANK3 = {rank3(bb)};
   static constexpr int PREC = {p.prec}, REDUCE = {REDUCE_OPS.get(s.reduce, 0)}, FOLD = {int(p.fold)};
+  static constexpr bool B_HI_RNA = {str(s.tf32_hi == "rna").lower()};
   struct Ptrs {{ {" ".join(ptrs)} }};
   TWG_DEV static float value(const Ptrs& p, int batch, {"int col, int row" if p.swap else "int row, int col"}, float acc) {{
     {body}

@@ -30,12 +30,20 @@ TWG_DEV void twg_tma(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, i
   else twg_tma_load_2d(dst, map, bar, c0, c1);
 }
 
-// The 3xTF32 remainder of x as the tensor core reads x itself (its low 13 bits ignored): rna(x - trunc(x)).
-TWG_DEV float twg_lo(float x) {
-  const float hi = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-  return fabsf(x) < __int_as_float(0x7f800000) ? __uint_as_float(twg_tf32(x - hi)) : 0.0f;
+// B's TF32 high part: RNA false: x itself, which the tensor core reads as trunc(x) (its low 13 bits
+// ignored); RNA true: rna(x), written by the converter. The remainder: rna(x - hi), 0 for inf/NaN.
+template <bool RNA> TWG_DEV float twg_hi(float x) {
+  return RNA ? __uint_as_float(twg_tf32(x)) : __uint_as_float(__float_as_uint(x) & 0xffffe000u);
 }
-TWG_DEV float4 twg_lo4(float4 x) { return make_float4(twg_lo(x.x), twg_lo(x.y), twg_lo(x.z), twg_lo(x.w)); }
+template <bool RNA> TWG_DEV float twg_lo(float x) {
+  return fabsf(x) < __int_as_float(0x7f800000) ? __uint_as_float(twg_tf32(x - twg_hi<RNA>(x))) : 0.0f;
+}
+template <bool RNA> TWG_DEV float4 twg_hi4(float4 x) {
+  return RNA ? make_float4(twg_hi<true>(x.x), twg_hi<true>(x.y), twg_hi<true>(x.z), twg_hi<true>(x.w)) : x;
+}
+template <bool RNA> TWG_DEV float4 twg_lo4(float4 x) {
+  return make_float4(twg_lo<RNA>(x.x), twg_lo<RNA>(x.y), twg_lo<RNA>(x.z), twg_lo<RNA>(x.w));
+}
 
 template <class S, int BM, int BN, int STAGES> struct twg_sm90_cfg {
   using T = typename S::T;
@@ -43,7 +51,9 @@ template <class S, int BM, int BN, int STAGES> struct twg_sm90_cfg {
   static constexpr int KT = (S::K + BK - 1) / BK, TILES_M = (S::M + BM - 1) / BM, TILES_N = (S::N + BN - 1) / BN;
   static constexpr int CWG = BM / 64, THREADS = 128 * (CWG + 1), CONS_WARPS = 4 * CWG, CONV_WARPS = 3;
   static constexpr bool A_REGS = S::PREC == 3 || (ES == 4 && !S::A_KMAJ);
-  static constexpr bool CONV_HI = ES == 4 && !S::B_KMAJ, CONV_LO = S::PREC == 3, CONVERT = CONV_HI || CONV_LO;
+  // NOTE: B_HI_RNA (GemmSpec.tf32_hi = "rna") also writes B's hi part for a K-major B, rounded.
+  static constexpr bool HI_RNA = S::PREC == 3 && S::B_HI_RNA;
+  static constexpr bool CONV_HI = ES == 4 && (!S::B_KMAJ || HI_RNA), CONV_LO = S::PREC == 3, CONVERT = CONV_HI || CONV_LO;
   static constexpr bool FOLD = S::FOLD != 0, PIPE = !A_REGS && !FOLD;
   static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES;
   static constexpr int CBUF = ((CONV_HI ? 1 : 0) + (CONV_LO ? 1 : 0)) * B_BYTES;
@@ -83,9 +93,12 @@ TWG_DEV void twg_sm90_convert(unsigned char* smem, unsigned char* conv, uint64_t
     const unsigned char* src = smem + s * C::STAGE + C::A_BYTES;
     unsigned char* hi = conv + c * C::CBUF;
     unsigned char* lo = hi + (C::CONV_HI ? C::B_BYTES : 0);
-    if constexpr (S::B_KMAJ) {  // already K-major: each 16-byte chunk's remainders to the same place in lo
-      for (int q = ct; q < BN * 8; q += NTH)
-        *reinterpret_cast<float4*>(lo + q * 16) = twg_lo4(*reinterpret_cast<const float4*>(src + q * 16));
+    if constexpr (S::B_KMAJ) {  // already K-major: each 16-byte chunk's parts to the same place
+      for (int q = ct; q < BN * 8; q += NTH) {
+        const float4 x = *reinterpret_cast<const float4*>(src + q * 16);
+        if (C::CONV_HI) *reinterpret_cast<float4*>(hi + q * 16) = twg_hi4<C::HI_RNA>(x);
+        *reinterpret_cast<float4*>(lo + q * 16) = twg_lo4<C::HI_RNA>(x);
+      }
     } else {  // N-major boxes to K-major rows, a 4 x 4 block at a time
       for (int q = ct; q < (BN / 4) * (C::BK / 4); q += NTH) {
         const int n = (q % (BN / 4)) * 4, k = (q / (BN / 4)) * 4;
@@ -97,8 +110,8 @@ TWG_DEV void twg_sm90_convert(unsigned char* smem, unsigned char* conv, uint64_t
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t o = twg_tile_off<true, C::BK, 4>(n + j, k);
-          if (C::CONV_HI) *reinterpret_cast<float4*>(hi + o) = col[j];
-          if (C::CONV_LO) *reinterpret_cast<float4*>(lo + o) = twg_lo4(col[j]);
+          if (C::CONV_HI) *reinterpret_cast<float4*>(hi + o) = twg_hi4<C::HI_RNA>(col[j]);
+          if (C::CONV_LO) *reinterpret_cast<float4*>(lo + o) = twg_lo4<C::HI_RNA>(col[j]);
         }
       }
     }
