@@ -239,7 +239,8 @@ inline uint32_t twg_smem_u32(const void* p) {
   return TwgEmuBlock::BASE + (uint32_t)(c - twg_emu_blk->smem);
 }
 inline unsigned char* twg_emu_at(uint32_t addr, uint32_t len) {
-  if (addr < TwgEmuBlock::BASE || addr + len > TwgEmuBlock::BASE + twg_emu_blk->bytes) twg_emu_fail("shared access out of bounds");
+  if (addr < TwgEmuBlock::BASE || addr + len > TwgEmuBlock::BASE + twg_emu_blk->bytes)
+    twg_emu_fail("shared access out of bounds: " + std::to_string(addr) + " + " + std::to_string(len) + " in a window of " + std::to_string(twg_emu_blk->bytes));
   return twg_emu_blk->smem + (addr - TwgEmuBlock::BASE);
 }
 inline uint32_t twg_emu_swz128(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }

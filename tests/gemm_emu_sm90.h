@@ -78,6 +78,9 @@ inline void twg_emu_tma_engine_run(TwgEmuBlock* blk, unsigned seed) {
     int box[3] = {1, 1, 1};
     for (int i = 0; i < rank; ++i) box[i] = (int)((o[13] >> (12 * i)) & 0xfff);
     const uint32_t base = twg_smem_u32(job.dst);
+    if (base + (uint32_t)(box[0] * box[1] * box[2] * es) > TwgEmuBlock::BASE + blk->bytes)
+      twg_emu_fail("TMA box at shared " + std::to_string(base) + " of " + std::to_string(box[0]) + " x " +
+                   std::to_string(box[1]) + " x " + std::to_string(box[2]) + " elements passes the window's end");
     for (int i2 = 0; i2 < box[2]; ++i2)
       for (int i1 = 0; i1 < box[1]; ++i1)
         for (int i0 = 0; i0 < box[0]; ++i0) {

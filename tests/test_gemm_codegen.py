@@ -284,6 +284,20 @@ def test_launcher_signature_and_site_description():
     assert plan(G("h", 64, 64, 64, dtype="float16")).describe().startswith("native ")
 
 
+def test_tensor_map_arrays_match_their_rank():
+    """Each tensor map gets one dim, box extent and stride per dimension (stride: one less), so the
+    encoder never reads past an array (a batched map is rank 3)."""
+    maps = 0
+    for case in CASES:
+        src = gemm_site(case.spec).source
+        for m in re.finditer(r"cuuint64_t d(\w)\[\] = \{([^}]*)\}, s\w\[\] = \{([^}]*)\};\s*const cuuint32_t x\w\[\] = "
+                             r"\{([^}]*)\};\s*ok = ok && twg_encode\(&cache\.m\w, \w+, (\d)", src):
+            rank = int(m[5])
+            assert (len(m[2].split(",")), len(m[3].split(",")) + 1, len(m[4].split(","))) == (rank,) * 3, (case.id, m[0])
+            maps += 1
+    assert maps >= 2 * sum(1 for c in CASES if plan(c.spec).sm90)
+
+
 def test_unsupported_specs_say_why():
     assert unsupported(G("x", 4, 4, 4, dtype="float64")) == "dtype float64"
     assert "precision" in unsupported(G("x", 4, 4, 4, precision="native"))

@@ -119,10 +119,12 @@ def _tma_map(p: GemmPlan, which: str) -> str:
     rank3 = s.batch > 1 and sb != 0
     dims = (*dims, s.batch) if rank3 else dims
     strides = (stride * es, sb * es) if rank3 else (stride * es,)
+    box = (*box, 1)[:len(dims)]  # NOTE: the encoder reads one box extent per dimension, batch included
     dl = ", ".join(f"{d}ull" for d in dims)
     sl = ", ".join(f"{x}ull" for x in strides)
+    xl = ", ".join(f"{x}u" for x in box)
     return (f"      const cuuint64_t d{which}[] = {{{dl}}}, s{which}[] = {{{sl}}};\n"
-            f"      const cuuint32_t x{which}[] = {{{box[0]}u, {box[1]}u}};\n"
+            f"      const cuuint32_t x{which}[] = {{{xl}}};\n"
             f"      ok = ok && twg_encode(&cache.m{which}, {_TMA_TYPE[s.dtype]}, {len(dims)}, ptrs.{which}, "
             f"d{which}, s{which}, x{which});\n")
 
