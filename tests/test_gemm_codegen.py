@@ -70,6 +70,34 @@ CASES = [
     Case("rowmax_big", G("rowmax_big", 140, 200, 100, reduce="max", sm90_tile=(128, 128), sm80_tile=(128, 64, 16, 64))),
 ]
 IDS = [c.id for c in CASES]
+
+
+def _random_specs(seed: int, count: int) -> list[Case]:
+    """Sites drawn at random (a fixed seed): dtype, precision, odd or aligned sizes, transposes,
+    batches with a broadcast A, row reductions, forced tiles, no transposed problem."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        dt = rng.choice(["float32", "float32", "float16", "bfloat16"])
+        prec = rng.choice(["3xtf32", "3xtf32", "1xtf32"]) if dt == "float32" else ""
+        al = 4 if dt == "float32" else 8
+        m, n, k = (rng.choice([rng.randint(1, 150), al * rng.randint(1, 40)]) for _ in range(3))
+        nb = rng.choice([1, 1, 2, 3])
+        at, bt = rng.random() < 0.4, rng.random() < 0.4
+        a = (m * k if nb > 1 else 0, 1, m) if at else None
+        if nb > 1 and rng.random() < 0.3:
+            a = (0, *((1, m) if at else (k, 1)))
+        red = rng.choice([None, None, None, "sum", "max"])
+        kw = dict(dtype=dt, precision=prec, a_strides=a, b_strides=(k * n if nb > 1 else 0, 1, k) if bt else None,
+                  batch=nb, reduce=red, store=red is None or rng.random() < 0.5, swap=False if rng.random() < 0.2 else None)
+        if rng.random() < 0.3:
+            kw["sm90_tile"] = rng.choice([(64, 64), (64, 128), (128, 128), (128, 64)] + ([(128, 256), (64, 256)] if prec != "3xtf32" else []))
+        out.append(Case(f"rnd{i}", G(f"rnd{i}", m, n, k, **kw)))
+    return out
+
+
+RANDOM = _random_specs(2026, 12)
 # Compiled with nvcc: the main configurations (and what they were chosen for).
 NVCC_SPECS = [
     G("n_f32", 4096, 4096, 4096),  # 3xTF32 128x128, B N-major: converter writes hi and lo
@@ -113,7 +141,7 @@ def _nvcc(builds, arch) -> str:
 def emu(builds):
     if GXX is None:
         pytest.skip("g++ not installed")
-    return {cc: build_emu([c.spec for c in CASES], builds[0], cc=cc) for cc in (80, 90)}
+    return {cc: build_emu([c.spec for c in CASES + RANDOM], builds[0], cc=cc) for cc in (80, 90)}
 
 
 @pytest.mark.parametrize("arch", ["sm90a", "sm80"])
@@ -139,7 +167,7 @@ def test_layouts_match_documented_tma_and_wgmma(emu):
 
 
 @pytest.mark.parametrize("cc", [80, 90])
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("case", CASES + RANDOM, ids=IDS + [c.id for c in RANDOM])
 def test_emulated_kernel_matches_fp64(emu, case, cc):
     """The generated kernel run on the CPU emulator, output poisoned with NaN: every element written,
     nothing written outside the view (strided outputs), the error within the precision's tolerance."""
