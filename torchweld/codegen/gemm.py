@@ -118,6 +118,14 @@ def unsupported(spec: GemmSpec) -> str | None:
         return "a row reduction of a transposed problem"
     if spec.tf32_hi not in ("trunc", "rna"):
         return f"tf32_hi {spec.tf32_hi}"
+    if spec.sm90_tile and tuple(spec.sm90_tile) not in _EFF90:
+        return f"wgmma tile {spec.sm90_tile}"
+    if spec.sm80_tile:
+        bm, bn, wm, wn = spec.sm80_tile
+        warps = (bm // max(wm, 1)) * (bn // max(wn, 1))
+        if bm not in (64, 128) or bn not in (64, 128) or bm % wm or bn % wn or wm % 16 or wn % 8 or warps > 8 \
+                or (spec.reduce and wn != bn):
+            return f"mma.sync tile {spec.sm80_tile}"
     for x in spec.inputs:
         if x.name in RESERVED or not x.name.isidentifier() or x.kind not in ("row", "col", "full") or x.dtype not in DTYPES:
             return f"epilogue input {x.name}"

@@ -176,35 +176,46 @@ TWG_DEV void twg_sm90_out(const typename S::Ptrs& p, int b, int row, int n0, int
     twg_out<S>(p, b, row + 8 * ((i / 2) % 2), n0 + 8 * (i / 4) + 2 * t + i % 2, x[i], red[(i / 2) % 2]);
 }
 
+// This thread's A fragments of k-tile `st` (rows r0, r0 + 8; k = 8j + t, 8j + t + 4), split for 3xTF32.
+template <class S, int BK, int KS>
+TWG_DEV void twg_sm90_load_a(const unsigned char* st, int r0, int t, uint32_t (&ah)[KS][4], uint32_t (&al)[KS][4]) {
+#pragma unroll
+  for (int j = 0; j < KS; ++j) {
+    const int k = 8 * j + t;
+    const float x[4] = {twg_ld32<S::A_KMAJ, BK>(st, r0, k), twg_ld32<S::A_KMAJ, BK>(st, r0 + 8, k),
+                        twg_ld32<S::A_KMAJ, BK>(st, r0, k + 4), twg_ld32<S::A_KMAJ, BK>(st, r0 + 8, k + 4)};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) twg_split<S::PREC>(x[q], ah[j][q], al[j][q]);
+  }
+}
+
 // Column tiles (all of them with a row reduction, else one) of k-tiles each; `it` counts k-tiles
-// across them as the producer and the converter do.
+// across them as the producer and the converter do. With A from registers, the next k-tile's
+// fragments are loaded into a second set while this k-tile's wgmmas run, and moved over after the
+// wait (a copy, so every register index stays a constant and no wait sits in a branch).
 template <class S, int BM, int BN, int STAGES>
 TWG_DEV void twg_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, unsigned char* conv, uint64_t* full,
                               uint64_t* empty, uint64_t* cfull, uint64_t* cempty, int cw, int warp, int lane, int b,
                               int tm, int tn0) {
   using C = twg_sm90_cfg<S, BM, BN, STAGES>;
+  constexpr int NA = C::A_REGS ? C::KS : 1;  // fragment sets sized 1 where A is not in registers
   const int g = lane / 4, t = lane % 4, r0 = cw * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
+  const int total = (S::REDUCE ? C::TILES_N : 1) * C::KT;
   float acc[BN / 2], sum[C::FOLD ? BN / 2 : 1];
-  uint32_t ah[C::KS][4], al[C::KS][4];
+  uint32_t ah[C::KS][4], al[C::KS][4], nh[NA][4], nl[NA][4];
   float red[2] = {twg_red_init<S::REDUCE ? S::REDUCE : 1>(), twg_red_init<S::REDUCE ? S::REDUCE : 1>()};
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  if constexpr (C::A_REGS) {
+    twg_mbar_wait(&full[0], 0);
+    twg_sm90_load_a<S, C::BK, C::KS>(smem, r0, t, ah, al);
+  }
   int it = 0;
   for (int tile = 0; tile < (S::REDUCE ? C::TILES_N : 1); ++tile) {
     for (int kt = 0; kt < C::KT; ++kt, ++it) {
       const int s = it % STAGES, c = it & 1;
       const unsigned char* st = smem + s * C::STAGE;
-      twg_mbar_wait(&full[s], (it / STAGES) & 1);
-      if constexpr (C::A_REGS) {
-#pragma unroll
-        for (int j = 0; j < C::KS; ++j) {
-          const int k = 8 * j + t;
-          const float x[4] = {twg_ld32<S::A_KMAJ, C::BK>(st, r0, k), twg_ld32<S::A_KMAJ, C::BK>(st, r0 + 8, k),
-                              twg_ld32<S::A_KMAJ, C::BK>(st, r0, k + 4), twg_ld32<S::A_KMAJ, C::BK>(st, r0 + 8, k + 4)};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) twg_split<S::PREC>(x[q], ah[j][q], al[j][q]);
-        }
-      }
+      if constexpr (!C::A_REGS) twg_mbar_wait(&full[s], (it / STAGES) & 1);  // else waited when A was loaded
       if constexpr (C::CONVERT) twg_mbar_wait(&cfull[c], (it >> 1) & 1);
       const unsigned char* cb = conv + c * C::CBUF;
       twg_wgmma_fence();
@@ -219,6 +230,13 @@ TWG_DEV void twg_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, un
         twg_wgmma_wait<1>();
         if (kt != 0) twg_sm90_release<C::CONVERT>(empty, cempty, it - 1, STAGES, lane);
       } else {
+        if constexpr (C::A_REGS) {
+          if (it + 1 < total) {
+            const int s1 = (it + 1) % STAGES;
+            twg_mbar_wait(&full[s1], ((it + 1) / STAGES) & 1);
+            twg_sm90_load_a<S, C::BK, NA>(smem + s1 * C::STAGE, r0, t, nh, nl);
+          }
+        }
         twg_wgmma_wait<0>();
         twg_keep(acc);
 #pragma unroll
@@ -227,6 +245,12 @@ TWG_DEV void twg_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, un
           if (S::PREC == 3) twg_keep(al[j]);
         }
         twg_sm90_release<C::CONVERT>(empty, cempty, it, STAGES, lane);
+        if constexpr (C::A_REGS) {
+#pragma unroll
+          for (int j = 0; j < NA; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) ah[j][q] = nh[j][q], al[j][q] = nl[j][q];
+        }
         if constexpr (C::FOLD) {
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) sum[i] = (kt == 0 ? 0.0f : sum[i]) + acc[i];
