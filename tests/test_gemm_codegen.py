@@ -58,6 +58,7 @@ CASES = [
     Case("out_strided", G("out_strided", 40, 48, 32, out_strides=(0, 100, 2))),
     Case("matvec", G("matvec", 90, 1, 64)),
     Case("vecmat", G("vecmat", 1, 72, 64)),
+    Case("vecmat_f16", G("vecmat_f16", 2, 136, 72, dtype="float16", batch=2)),  # 8-wide tiles of B^T A^T
     Case("f32_big", G("f32_big", 136, 140, 72, sm90_tile=(128, 128), sm80_tile=(128, 128, 64, 32))),
     Case("f32_big_bt", G("f32_big_bt", 130, 132, 100, batch=2, a_strides=(0, 100, 1), b_strides=(0, 1, 100),
                          sm90_tile=(128, 128))),
@@ -353,6 +354,8 @@ def test_tiles_follow_the_shape():
     assert plan(G("a", 8192, 8192, 8192, dtype="bfloat16")).sm90[:2] == (128, 256)
     assert plan(G("a", 64, 4096, 4096, dtype="float16")).sm90[0] == 64
     assert plan(G("a", 37, 45, 29)).sm90 is None
+    assert plan(G("a", 16384, 1, 16384)).sm90[:2] == (128, 8)  # matrix-vector: an 8-wide tile
+    assert plan(G("a", 1, 16384, 16384)).swap and plan(G("a", 1, 16384, 16384)).sm90[1] == 8
     assert plan(G("a", 4096, 4096, 4096, a_strides=(0, 2, 8192 * 2))).sm90 is None  # no unit stride
 
 

@@ -61,6 +61,7 @@ CASES = [
     # matrix-vector
     Case("matvec", G("matvec", 4096, 1, 4096)),
     Case("vecmat", G("vecmat", 1, 4096, 4096)),
+    Case("vecmat_bf16", G("vecmat_bf16", 1, 8192, 4096, dtype="bfloat16", batch=4)),
     # epilogues, alpha/beta, reductions
     Case("bias_relu", G("bias_relu", 1536, 1280, 1024, **relu), epi=lambda a, r, c, b, x: torch.clamp_min(a + x["bias"], 0)),
     Case("addmm", G("addmm", 1024, 1024, 512, alpha=0.5, beta=2.0, c_strides=(0, 0, 1),

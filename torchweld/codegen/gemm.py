@@ -118,7 +118,7 @@ def unsupported(spec: GemmSpec) -> str | None:
         return "a row reduction of a transposed problem"
     if spec.tf32_hi not in ("trunc", "rna"):
         return f"tf32_hi {spec.tf32_hi}"
-    if spec.sm90_tile and tuple(spec.sm90_tile) not in _EFF90:
+    if spec.sm90_tile and tuple(spec.sm90_tile) not in (*_EFF90, (128, 8), (64, 8)):
         return f"wgmma tile {spec.sm90_tile}"
     if spec.sm80_tile:
         bm, bn, wm, wn = spec.sm80_tile
@@ -171,12 +171,15 @@ def _sm90_smem(es: int, bm: int, bn: int, stages: int, a_kmaj: bool, b_kmaj: boo
 
 def _pick_sm90(spec: GemmSpec, es: int, a_kmaj: bool, b_kmaj: bool, prec: int) -> tuple[int, int, int]:
     best = None
-    for (bm, bn), eff in _EFF90.items():
+    tiles = dict(_EFF90)
+    if spec.n <= 8 and b_kmaj and not spec.sm90_tile:  # a matrix-vector product: an 8-wide tile streams A
+        tiles = {(128, 8): 1.0, (64, 8): 0.9}
+    for (bm, bn), eff in tiles.items():
         if spec.sm90_tile and (bm, bn) != tuple(spec.sm90_tile):
             continue
         if prec == 3 and bn > 128 and not spec.sm90_tile:  # 3xTF32 holds a second accumulator set
             continue
-        if prec == 3:
+        if prec == 3 and bn >= 64:
             eff = {256: 1.0, 128: 1.0, 64: 0.8}[bn] * (1.0 if bm == 128 else 0.8)
         blocks = math.ceil(spec.m / bm) * (1 if spec.reduce else math.ceil(spec.n / bn)) * spec.batch
         work = bm * (math.ceil(spec.n / bn) * bn if spec.reduce else bn)
@@ -218,7 +221,9 @@ def plan(spec: GemmSpec) -> GemmPlan:
     # NOTE: TF32 wgmma reads B only K-major: an N-major B would go through the converter warps (a
     # transposed copy). With A K-major, the transposed problem has a K-major B (A itself) and reads
     # B^T as its A from registers instead. Row reductions keep rows as rows.
-    swap = spec.swap if spec.swap is not None else (es == 4 and vec and a_kmaj and not b_kmaj and not spec.reduce)
+    # A vector times a matrix (m <= 8 < n) also becomes a matrix times a vector: an 8-wide tile.
+    auto = vec and a_kmaj and not spec.reduce and ((es == 4 and not b_kmaj) or spec.m <= 8 < spec.n)
+    swap = spec.swap if spec.swap is not None else auto
     ob, om, on = spec.out_strides
     if swap:
         kp = replace(spec, m=spec.n, n=spec.m)

@@ -59,7 +59,7 @@ template <class S, int BM, int BN, int STAGES> struct twg_sm90_cfg {
   static constexpr int CBUF = ((CONV_HI ? 1 : 0) + (CONV_LO ? 1 : 0)) * B_BYTES;
   static constexpr int SMEM = STAGES * STAGE + 2 * CBUF + 1024;  // + slack to align the ring to 1024
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups");
-  static_assert(BN % 64 == 0 && BN <= 256, "wgmma N and the 64-wide MN-major boxes");
+  static_assert(BN % 8 == 0 && BN <= 256 && (S::B_KMAJ || BN % E == 0), "wgmma N; an MN-major B is whole boxes");
 };
 
 template <class S, int BM, int BN, int STAGES>
