@@ -3,8 +3,9 @@
 //   warp 0, one thread:  TMA copies of the A and B tiles into a STAGES-deep ring, one mbarrier per stage
 //                        (`full`: bytes landed; `empty`: every reader done);
 //   warps 1-3:           the converter, when B needs it: fp32 B to K-major TF32 tiles in a 2-deep ring
-//                        (`cfull`/`cempty`), the TF32 transposed copy (hi) where B is N-major and the
-//                        3xTF32 remainder (lo) always; then fence.proxy.async so wgmma sees the stores;
+//                        (`cfull`/`cempty`): a copy (hi) where B is N-major (transposed) or tf32_hi is
+//                        "rna" (rounded), and the 3xTF32 remainder (lo) always; then fence.proxy.async
+//                        so that wgmma sees the stores;
 //   consumers:           wgmma.mma_async, fp32 accumulators in registers. A comes from shared memory
 //                        through a descriptor, or from registers where it must be split (3xTF32) or
 //                        is TF32 but M-major (TF32 wgmma reads only K-major shared tiles).
