@@ -72,7 +72,7 @@ def test_a_model_run_channels_last_needs_no_second_build():
     readers were built for; it goes on as made, and no `_cl` build is needed."""
     result = _compile("pool/conv2d_channels_last_maxpool.py")
     layouts = conv_layouts(result.plan)
-    assert layouts.keep and not layouts.alt
+    assert layouts.keep and not layouts.channels_last
     assert ", to=None)" in result.source and "_cl(" not in result.source
 
 
@@ -85,7 +85,7 @@ def test_views_that_would_copy_and_outputs_keep_the_conversion():
     chunks = kernels(lambda m, x: (lambda a, b: a * torch.sigmoid(b))(*F.conv2d(x, m.w).chunk(2, dim=1)),
                      torch.randn(2, 3, 8, 8), w=w)
     layouts = conv_layouts(chunks)
-    assert layouts.keep and set(layouts.alt.values()) == {(216, 1, 36, 6)}  # (2, 6, 6, 6) channels-last
+    assert layouts.keep and set(layouts.channels_last.values()) == {(216, 1, 36, 6)}  # (2, 6, 6, 6) channels-last
 
 
 def test_tiling_vector_widths():

@@ -36,11 +36,11 @@ class ConvLayouts:
     """The sites that hand on their output as made, and the strides their values then have."""
 
     keep: frozenset = frozenset()  # convolution nodes run with `to=None`
-    alt: dict = field(default_factory=dict)  # value -> strides when its convolution ran channels-last (where they differ)
+    channels_last: dict = field(default_factory=dict)  # value -> strides when its convolution ran channels-last (where they differ)
 
     def of(self, k: Kernel) -> dict[str, tuple]:
         """`k`'s operands that may come channels-last, with the strides they then have."""
-        return {a: self.alt[a] for a in k.inputs if a in self.alt}
+        return {a: self.channels_last[a] for a in k.inputs if a in self.channels_last}
 
 
 def moved(n: Node, stride: tuple) -> bool:
@@ -76,11 +76,11 @@ def conv_layouts(plan: Plan) -> ConvLayouts:
                 found[n.name] = follow
     keep = set(found)
     while True:
-        alt = {v: s for site in keep for v, s in found[site][0].items() if moved(nodes[v], s)}
+        strides = {v: s for site in keep for v, s in found[site][0].items() if moved(nodes[v], s)}
         bad = {site for site in keep for k in found[site][1]
-               if not takes_channels_last(k, graph, {a: alt[a] for a in k.inputs if a in alt})}
+               if not takes_channels_last(k, graph, {a: strides[a] for a in k.inputs if a in strides})}
         if not bad:
-            return ConvLayouts(frozenset(keep), alt)
+            return ConvLayouts(frozenset(keep), strides)
         keep -= bad
 
 
