@@ -179,3 +179,48 @@ def test_varargs_forward_gets_a_passthrough(tmp_path):
     proc = tw("compile", problem_path, "-o", tmp_path / "new.py")
     assert proc.returncode == 3 and "*args" in proc.stderr
     assert "Nothing fused" in (tmp_path / "new.py").read_text()
+
+
+SMALL = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+         "        return torch.relu(x) * 2\n\n\ndef get_inputs():\n    return [torch.rand(8, 16)]\n\n\n"
+         "def get_init_inputs():\n    return []\n")
+
+
+def test_output_onto_the_problem_file_is_refused(tmp_path, capsys):
+    from torchweld.cli import main
+
+    problem = tmp_path / "small.py"
+    problem.write_text(SMALL)
+    assert main(["compile", str(problem), "-o", str(problem)]) == 2
+    assert problem.read_text() == SMALL  # untouched
+    assert "would overwrite it" in capsys.readouterr().err
+
+
+def test_output_into_a_directory(tmp_path):
+    from torchweld.cli import main
+
+    problem, outdir = tmp_path / "small.py", tmp_path / "outdir"
+    problem.write_text(SMALL)
+    outdir.mkdir()
+    assert main(["compile", str(problem), "-o", str(outdir)]) == 0
+    assert "class ModelNew" in (outdir / "small_new.py").read_text()
+    assert main(["compile", str(problem), "-o", str(tmp_path / "fresh") + "/"]) == 0  # a new directory, by its slash
+    assert (tmp_path / "fresh" / "small_new.py").exists()
+
+
+def test_version_and_help_texts(capsys):
+    from torchweld import __version__
+    from torchweld.cli import build_parser
+
+    parser = build_parser()
+    with pytest.raises(SystemExit) as done:
+        parser.parse_args(["--version"])
+    assert done.value.code == 0 and __version__ in capsys.readouterr().out
+    helps = {}
+    for cmd in ("compile", "explain", "check"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([cmd, "--help"])
+        helps[cmd] = capsys.readouterr().out
+    assert "exit codes:" in helps["compile"] and "12" in helps["compile"] and "original forward" in helps["compile"]
+    assert "problem file defining Model" in helps["explain"]  # the argument has its text
+    assert "(default: 600.0)" in helps["check"]  # defaults shown

@@ -147,3 +147,16 @@ def test_readme_lists_every_problem():
     files = {_rel(p) for p in FILES}
     assert files - listed == set(), f"problems missing from problems/README.md: {sorted(files - listed)}"
     assert listed - files == set(), f"README rows with no file: {sorted(listed - files)}"
+
+
+def test_readmes_count_and_categories_match_the_corpus():
+    """The README's problem count and problems/README.md's category table follow the corpus."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    files = [p for p in (root / "problems").rglob("*.py") if p.name != "__init__.py"]
+    seeds = [p for p in files if p.parent.name == "seeds"]
+    stated = re.search(r"the four seed\s+problems and (\d+) more", (root / "README.md").read_text())
+    assert stated and int(stated.group(1)) == len(files) - len(seeds)
+    rows = re.findall(r"^\| `(\w+)` \|", (root / "problems" / "README.md").read_text(), flags=re.M)
+    assert len(rows) == len(set(rows)) and set(rows) == {p.parent.name for p in files}

@@ -1,12 +1,20 @@
-"""The `torchweld` command: compile, explain, check, bench."""
+"""The `torchweld` command: compile, explain, check, bench, agent."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
+from torchweld import __version__
 from torchweld.options import Options, Precision
 from torchweld.problem import ProblemError
+
+
+COMPILE_EXITS = """exit codes:
+  0   the file was written (and, on a GPU, built, correct on the first check and timed)
+  2   the problem file is unusable, or -o names the problem file itself
+  3   the compiler could not handle the model: the file written runs the original forward
+  12  on a GPU: the first check found the file wrong or failing (its report says how)"""
 
 
 def _compile(args) -> int:
@@ -14,7 +22,7 @@ def _compile(args) -> int:
     from torchweld.problem import load_problem
 
     problem = load_problem(args.problem)
-    out = Path(args.output) if args.output else Path("out") / f"{problem.name}_new.py"
+    out = output_path(problem.path, problem.name, args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     options = _options(args)
     try:
@@ -39,6 +47,18 @@ def _compile(args) -> int:
     report = first_check(problem, out, trials=3, tf32=options.tf32)
     print(report.text())
     return 0 if report.ok else 12
+
+
+def output_path(problem: Path, name: str, output: str | None) -> Path:
+    """Where `compile` writes: `-o FILE`, `-o DIR` (`DIR/<name>_new.py`), or `out/<name>_new.py`.
+
+    Raises ProblemError where that is the problem file itself (it would be overwritten)."""
+    out = Path(output) if output else Path("out")
+    if out.is_dir() or not output or output.endswith(("/", "\\")):
+        out = out / f"{name}_new.py"
+    if out.resolve() == Path(problem).resolve():
+        raise ProblemError(f"-o {output} is the problem file itself: writing ModelNew there would overwrite it")
+    return out
 
 
 def _options(args, dump: bool = False) -> Options:
@@ -82,15 +102,21 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torchweld", description=__doc__)
+    p.add_argument("--version", action="version", version=f"torchweld {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    compile_cmd = sub.add_parser("compile", help="write a standalone ModelNew file for a problem")
+    compile_cmd = sub.add_parser("compile", help="write a standalone ModelNew file for a problem",
+                                 description="Write a standalone ModelNew file for PROBLEM; on a machine with a CUDA "
+                                             "GPU, also build it, check it on 3 fresh inputs and time it.",
+                                 epilog=COMPILE_EXITS, formatter_class=argparse.RawDescriptionHelpFormatter)
     compile_cmd.add_argument("problem", help="problem file defining Model, get_inputs, get_init_inputs")
-    compile_cmd.add_argument("-o", "--output", help="where to write the ModelNew file (default out/<name>_new.py)")
+    compile_cmd.add_argument("-o", "--output", metavar="PATH",
+                             help="the ModelNew file to write, or a directory to write <name>_new.py into "
+                                  "(default out/<name>_new.py); never the problem file itself")
     _add_options(compile_cmd)
     compile_cmd.set_defaults(func=_compile)
     explain_cmd = sub.add_parser("explain",
                                  help="show the captured graph, the rewrites, the kernel plan and its decisions")
-    explain_cmd.add_argument("problem")
+    explain_cmd.add_argument("problem", help="problem file defining Model, get_inputs, get_init_inputs")
     explain_cmd.add_argument("--passes", action="store_true", help="print the graph after every pass")
     _add_options(explain_cmd)
     explain_cmd.set_defaults(func=_explain)

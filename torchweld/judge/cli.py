@@ -15,7 +15,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("check", help="grade a candidate ModelNew against a problem",
                               description="Grade CANDIDATE (a .py file, or a .txt/.md reply holding a fenced python "
                                           "block that defines ModelNew) against PROBLEM. Exit codes: " +
-                                          ", ".join(f"{k}={v}" for k, v in EXIT_CODES.items()) + ", usage error=2.")
+                                          ", ".join(f"{k}={v}" for k, v in EXIT_CODES.items()) + ", usage error=2.",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("problem", help="problem file defining Model, get_inputs, get_init_inputs")
     p.add_argument("candidate", help="candidate .py, or a reply (.txt/.md) holding one")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
