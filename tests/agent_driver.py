@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchweld.agent.cli import main  # noqa: E402
+from torchweld.agent.agent_cli import main  # noqa: E402
 
 
 def correct(problem, candidate, slot):

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("openai", reason="the agent's client needs the openai package: pip install 'torchweld[agent]'")
 
 from agent_replay import Replay, ReplayServer, error, reply, seed_reply  # noqa: E402
-from torchweld.agent.cli import main  # noqa: E402
+from torchweld.agent.agent_cli import main  # noqa: E402
 from torchweld.agent.trajectory import read  # noqa: E402
 from torchweld.judge.extract import extract_source  # noqa: E402
 

@@ -37,7 +37,7 @@ def test_rows_show_cold_times():
 def test_set_parses_judge_overrides():
     from torchweld.bench.runner import parse_settings
     from torchweld.bench.worker import make_options
-    from torchweld.judge.options import CheckOptions
+    from torchweld.judge.check_options import CheckOptions
 
     pairs = parse_settings(["timing_min_s=0.5", "max_variants=6", "generalize=false", "tolerance=table"])
     assert pairs == [("timing_min_s", 0.5), ("max_variants", 6), ("generalize", False), ("tolerance", "table")]

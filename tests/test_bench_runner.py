@@ -268,7 +268,7 @@ def slow_check(problem, candidate, opts):
 
 
 def test_hard_limit_kills_hung_judge_and_its_runs(tree):
-    from torchweld.bench.pool import run_pool
+    from torchweld.bench.gpu_pool import run_pool
     from torchweld.bench.worker import Job
 
     (tree / "cands" / "conv" / "c1.py").write_text("# SLOW\n")
@@ -330,7 +330,7 @@ def test_judges_sharing_a_gpu_take_turns_through_its_lock(tmp_path):
     import threading
     import time
 
-    from torchweld.judge.options import CheckOptions
+    from torchweld.judge.check_options import CheckOptions
     from torchweld.judge.child import Judging
 
     lock = tmp_path / "gpu0.lock"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from torchweld.judge import child, guards
-from torchweld.judge.options import CheckOptions
+from torchweld.judge.check_options import CheckOptions
 from torchweld.runtime import timing as runtime_timing
 
 PROBLEM = '''

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torchweld.judge import EXIT_CODES, CheckOptions, check, child, offline
-from torchweld.judge.cli import main
+from torchweld.judge.check_cli import main
 from torchweld.judge.layout import cxx_path, nvcc_path
 
 ROOT = Path(__file__).resolve().parents[1]

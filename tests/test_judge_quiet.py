@@ -92,7 +92,7 @@ def test_no_directory_is_a_no_op_whatever_the_environment_says(monkeypatch, tmp_
 
 def test_the_judges_child_registers_in_its_options_directory_while_it_runs(tmp_path, monkeypatch):
     from torchweld.judge import child
-    from torchweld.judge.options import CheckOptions
+    from torchweld.judge.check_options import CheckOptions
 
     entry = tmp_path / "judges" / str(os.getpgrp())
     during = []

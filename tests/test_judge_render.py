@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torchweld.judge import EXIT_CODES, CheckOptions, check
-from torchweld.judge.cli import main
+from torchweld.judge.check_cli import main
 from torchweld.judge.render import render
 
 FIX = Path(__file__).parent / "fixtures" / "judge"
@@ -64,7 +64,7 @@ def test_cli_bad_arguments():
 def test_reply_without_code_is_no_build_json(tmp_path):
     reply = tmp_path / "reply.md"
     reply.write_text("I cannot help with that.\n")
-    proc = subprocess.run([sys.executable, "-m", "torchweld.judge.cli", "check", str(FIX / "problem_relu_bias.py"),
+    proc = subprocess.run([sys.executable, "-m", "torchweld.judge.check_cli", "check", str(FIX / "problem_relu_bias.py"),
                            str(reply), "--json"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 10
     res = json.loads(proc.stdout)

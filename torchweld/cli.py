@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cmd.add_argument("--passes", action="store_true", help="print the graph after every pass")
     _add_options(explain_cmd)
     explain_cmd.set_defaults(func=_explain)
-    for module in ("torchweld.judge.cli", "torchweld.bench.runner", "torchweld.agent.cli"):
+    for module in ("torchweld.judge.check_cli", "torchweld.bench.runner", "torchweld.agent.agent_cli"):
         try:
             __import__(module, fromlist=["register"]).register(sub)
         except ImportError as err:  # a part not installed in this checkout

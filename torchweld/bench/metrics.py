@@ -5,7 +5,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from torchweld.judge.options import NOT_RUN
+from torchweld.judge.check_options import NOT_RUN
 
 FAST_PS = (0.0, 1.0, 1.5, 2.0)
 BASELINES = ("eager", "compile")  # eager PyTorch, torch.compile

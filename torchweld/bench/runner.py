@@ -14,7 +14,7 @@ from typing import Callable
 from rich.console import Console
 
 from torchweld.bench.tasks import duplicate_keys, find_problems, is_finished, load_results, plan_tasks
-from torchweld.bench.pool import WorkerStartupError, run_inline, run_pool
+from torchweld.bench.gpu_pool import WorkerStartupError, run_inline, run_pool
 from torchweld.bench.prewarm import compiler_fingerprint
 from torchweld.bench.progress import Display
 from torchweld.bench.report import rerender, write_reports

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchweld.judge.options import NOT_RUN
+from torchweld.judge.check_options import NOT_RUN
 
 # A problem is recognised by its text, never by importing it: the parent process stays free of
 # arbitrary problem code (and of CUDA), and a broken file becomes a judged failure, not a crash.

@@ -13,7 +13,7 @@ from torch.func import functional_call, functionalize
 from torchweld.capture.conv import depthwise_nodes
 from torchweld.capture.meta import dtype_name, to_ir_arg, val
 from torchweld.capture.norm import anchor_nodes
-from torchweld.capture.pointwise import pointwise_node
+from torchweld.capture.pointwise_ops import pointwise_node
 from torchweld.capture.pooling import pool_nodes, spatial_reduction_as_pool
 from torchweld.ir import Graph, Node, Ref
 

@@ -22,7 +22,7 @@ import torch
 from torchweld.judge import correctness, generalisation, guards, offline, quiet, timing
 from torchweld.judge.build import BuildError, import_candidate
 from torchweld.judge.correctness import Pair, cheat, error_line
-from torchweld.judge.options import CheckOptions
+from torchweld.judge.check_options import CheckOptions
 from torchweld.problem import ProblemError, load_problem
 
 

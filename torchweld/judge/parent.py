@@ -15,7 +15,7 @@ from pathlib import Path
 import torchweld
 from torchweld.judge.extract import CandidateError, load_candidate
 from torchweld.judge import quiet
-from torchweld.judge.options import CheckOptions
+from torchweld.judge.check_options import CheckOptions
 from torchweld.judge.static import scan
 from torchweld.problem import ProblemError, load_problem
 

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from torchweld.judge.options import EXIT_CODES, USAGE_EXIT, CheckOptions
+from torchweld.judge.check_options import EXIT_CODES, USAGE_EXIT, CheckOptions
 from torchweld.judge.tolerance import MODES
 
 

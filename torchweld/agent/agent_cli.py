@@ -70,7 +70,7 @@ def run(args, judge: Callable | None = None, console: Console | None = None, cli
     from torchweld.agent.client import ChatClient, ClientOptions, EndpointError, Redactor, api_key
     from torchweld.agent.judging import JudgePool, Slot, SubprocessJudge, make_slots, visible_gpus
     from torchweld.agent.loop import Agent, AgentOptions
-    from torchweld.agent.summary import render, table
+    from torchweld.agent.rounds_table import render, table
     from torchweld.agent.trajectory import read
     from torchweld.problem import ProblemError, load_problem
 
@@ -150,7 +150,7 @@ def _say(console: Console, text: str) -> None:
 
 
 def main(argv=None, **kw) -> int:
-    """`python -m torchweld.agent.cli ...`: the subcommand on its own (tests call this with a judge)."""
+    """`python -m torchweld.agent.agent_cli ...`: the subcommand on its own (tests call this with a judge)."""
     p = argparse.ArgumentParser(prog="torchweld agent", description=__doc__)
     arguments(p)
     return run(p.parse_args(argv), **kw)
