@@ -24,6 +24,7 @@ class Options:
     precision: Precision = Precision.FP32
     layout_plan: bool = True  # convolutions run in the layout measured fastest at their first call
     cuda_graph: bool = False  # replay the fast path as a CUDA graph (terms in the file's header)
+    gemm: bool = False  # our GEMM kernel at each GEMM site, checked and timed against the library's (unverified on a GPU)
 
     def __post_init__(self):
         try:  # NOTE: a plain string ("tf32", from the CLI or a caller) is accepted and normalised

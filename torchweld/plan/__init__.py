@@ -5,22 +5,32 @@ from dataclasses import replace
 
 from torchweld.ir import Graph, Plan
 from torchweld.options import Options
-from torchweld.plan import conv_layout, conv_sites, gemm_pack, gemm_sites, guard, memory
+from torchweld.plan import conv_layout, conv_sites, gemm_ours, gemm_pack, gemm_sites, guard, memory
 from torchweld.plan.describe import describe
 from torchweld.plan.partition import NEVER_FUSED, can_fuse, partition
 
 __all__ = ["NEVER_FUSED", "can_fuse", "describe", "partition", "plan"]
 
 
-def plan(graph: Graph, options: Options = Options()) -> Plan:
+def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check | None = None) -> Plan:
     """The graph as kernels and library calls, with every decision on how they run recorded, each
-    made once, in the order the later ones need the earlier."""
+    made once, in the order the later ones need the earlier. `gemm_check`: codegen's word on whether
+    our GEMM builds a site (the pipeline hands it in; plan/ does not import codegen)."""
     p = partition(graph)
+    ours = gemm_ours.gemm_ours(p, options.tf32, gemm_check) if options.gemm else {}
+    if ours:  # NOTE: before the other decisions, which then see our GEMM kernels in place of those they fold
+        p = replace(gemm_ours.apply(p, ours), gemm_ours=ours)
     layouts = conv_layout.conv_layouts(p) if options.layout_plan else conv_layout.ConvLayouts()
     p = replace(p, layouts=layouts, conv_sites=conv_sites.conv_sites(p, layouts) if options.layout_plan else {},
-                gemm_sites=gemm_sites.gemm_sites(p), packed_weights=gemm_pack.packed_weights(graph))
+                gemm_sites=gemm_sites.gemm_sites(p), packed_weights=_packed(p))
     p = replace(p, written_into=memory.written_into(p))  # reads gemm_sites
     # written_over reads layouts and written_into
     p = replace(p, written_over=memory.written_over(p), elided_views=memory.elided_views(p))
     blockers = guard.graph_blockers(graph)
     return replace(p, guard=guard.guard(p), graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)
+
+
+def _packed(p: Plan) -> dict[str, str]:
+    """Packed weights, less the transposes our GEMM kernels read in place through their strides."""
+    read = {x for k in p.kernels if k.kind == "gemm" for x in k.inputs}
+    return {t: w for t, w in gemm_pack.packed_weights(p.graph).items() if t not in read}
