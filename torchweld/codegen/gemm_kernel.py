@@ -33,7 +33,7 @@ def epilogue(site: OursGemm, graph: Graph) -> str:
     anchor = list(k.nodes).index(k.anchor)
     chain = [m for m in k.nodes[anchor:] if nodes[m].op == "aten"]  # the GEMM and the views reshaping it
     members = [m for m in k.nodes if m not in chain]
-    lines = [f"const float {m} = acc;" for m in chain]
+    lines = [f"const float {m} = acc; (void){m};" for m in chain]
     lines += [f"const float {x.name} = {_read(x)};" for x in site.epilogue]
     lines += [compute(nodes[m]) for m in members]
     body = " ".join(lines)
