@@ -32,14 +32,16 @@ def _tw_gemm(module, site, ours, library, *args):
     key = (site, args[0].get_device())
     pick = picks.get(key)
     if pick is None:
+        if args[0].is_cuda and torch.cuda.is_current_stream_capturing():
+            return library(*args)  # NOTE: nothing is checked or timed under capture; decided at a later call
         pick = picks[key] = _tw_gemm_pick(site, ours, library, args)
     return (ours if pick[0] == "ours" else library)(*args)
 
 
 def _tw_gemm_pick(site, ours, library, args):
-    """(way, why): the library off CUDA and while a CUDA graph is captured; else `_tw_gemm_decide`."""
-    if not args[0].is_cuda or torch.cuda.is_current_stream_capturing():
-        return "library", "not on CUDA, or under capture"
+    """(way, why): the library off CUDA; else `_tw_gemm_decide`, timed as calls are in use."""
+    if not args[0].is_cuda:
+        return "library", "not on CUDA"
     return _tw_gemm_decide(site, ours, library, args, lambda calls: _tw_time(calls, args[0].device))
 
 
