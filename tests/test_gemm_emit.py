@@ -41,7 +41,7 @@ def test_emitted_file_runs_our_gemm_at_each_site(name):
     src = _source(name)
     ast.parse(src)
     assert "our GEMM (unverified on a GPU)" in src and "_tw_gemm(self, " in src
-    assert "*_tw_gemm_flags()" in src and "def _tw_time(" in src
+    assert "*_tw_gemm_flags()" in src and "def _tw_time(" in src and "_tw_lt(" not in src
     g = _globals(src)
     assert any(k.startswith("g") for k in g["_KERNEL_ARGS"]) and "twg_site_g" in g["_CUDA_SRC"]
 

@@ -34,8 +34,11 @@ PROBLEMS = {
     "aligned_linear_relu": ("torch.relu(self.fc(x))", "self.fc = torch.nn.Linear(64, 40)", "torch.randn(37, 64),"),
     "aligned_bmm_f16": ("torch.relu(torch.bmm(a, b)) + 1.0", "pass",
                         "torch.randn(2, 24, 32).half(), torch.randn(2, 32, 40).half()"),
+    "odd_row_scale": ("torch.relu(torch.mm(x, self.w)) * self.s.view(-1, 1)",
+                      "self.w = torch.nn.Parameter(torch.randn(26, 18)); self.s = torch.nn.Parameter(torch.randn(21))",
+                      "torch.randn(21, 26),"),
 }
-ARGS = {"odd_linear_gelu": "x, x2", "odd_bmm_t_relu": "a, b", "odd_addmm_sigmoid": "x", "aligned_linear_relu": "x",
+ARGS = {"odd_row_scale": "x", "odd_linear_gelu": "x, x2", "odd_bmm_t_relu": "a, b", "odd_addmm_sigmoid": "x", "aligned_linear_relu": "x",
         "aligned_bmm_f16": "a, b"}
 
 

@@ -99,3 +99,12 @@ def test_spec_carries_the_folded_epilogue():
     assert (s.m, s.n, s.k, s.batch) == (512, 4096, 1024, 1)
     assert [(x.name, x.kind) for x in s.inputs] == [("e_p1", "col")]
     assert "const float v3_lib = acc;" in s.epilogue and "tanhf" in s.epilogue and "return (float)v4;" in s.epilogue
+
+
+@pytest.mark.parametrize("name", ["linear_gated_residual", "../reduce/linear_log_softmax"])
+def test_no_library_way_for_a_gemm_ours_runs(name):
+    """A kernel after a GEMM our kernel runs is not offered `_tw_lt`'s ways (which would make the GEMM again)."""
+    _, p = _ours(name)
+    ours = {k.anchor for k in p.kernels if k.kind == "gemm"}
+    assert ours and not p.timed_gemm_sites
+    assert plan(_graph(name)).timed_gemm_sites  # without --gemm it has one

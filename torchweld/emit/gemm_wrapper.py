@@ -47,6 +47,9 @@ def gemm_wrappers(k: Kernel, plan: Plan) -> str:
               "    if _err:", f"        _tw_fail({k.name!r}, _err)", "    return _out,", "", ""]
     lines += [f"def _{k.name}_library({params}):",
               f'    """{k.name} the library\'s way: the aten GEMM, then the folded ops in PyTorch."""']
+    for a in k.inputs:  # NOTE: forward hands an elided view's tensor itself (plan.elided_views): its shape back
+        if a in plan.elided_views:
+            lines.append(f"    {names[a]} = {names[a]}.view({tuple(nodes[a].shape)!r})")
     for m in k.nodes:
         n = nodes[m]
         if n.op == "aten":

@@ -22,7 +22,7 @@ def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check
         p = replace(gemm_ours.apply(p, ours), gemm_ours=ours)
     layouts = conv_layout.conv_layouts(p) if options.layout_plan else conv_layout.ConvLayouts()
     p = replace(p, layouts=layouts, conv_sites=conv_sites.conv_sites(p, layouts) if options.layout_plan else {},
-                gemm_sites=gemm_sites.gemm_sites(p), packed_weights=_packed(p))
+                gemm_sites=_library_sites(p), packed_weights=_packed(p))
     p = replace(p, written_into=memory.written_into(p))  # reads gemm_sites
     # written_over reads layouts and written_into
     p = replace(p, written_over=memory.written_over(p), elided_views=memory.elided_views(p))
@@ -34,3 +34,11 @@ def _packed(p: Plan) -> dict[str, str]:
     """Packed weights, less the transposes our GEMM kernels read in place through their strides."""
     read = {x for k in p.kernels if k.kind == "gemm" for x in k.inputs}
     return {t: w for t, w in gemm_pack.packed_weights(p.graph).items() if t not in read}
+
+
+def _library_sites(p: Plan) -> dict:
+    """GEMM sites (gemm_sites.py) of the GEMMs the library runs: not a kernel of ours, nor a kernel
+    after a GEMM our kernel runs (that GEMM is made once, by ours)."""
+    ours = {k.anchor for k in p.kernels if k.kind == "gemm"}
+    return {k: s for k, s in gemm_sites.gemm_sites(p).items()
+            if p.kernel(k).kind != "gemm" and getattr(s, "gemm", None) not in ours}
