@@ -108,3 +108,8 @@ def test_no_library_way_for_a_gemm_ours_runs(name):
     ours = {k.anchor for k in p.kernels if k.kind == "gemm"}
     assert ours and not p.timed_gemm_sites
     assert plan(_graph(name)).timed_gemm_sites  # without --gemm it has one
+
+
+def test_guard_checks_the_weights_read_through_a_transpose():
+    _, p = _ours("linear3d_swish_residual")
+    assert {"p0", "p1"} <= set(p.guard.params)  # p0: the weight, read as p0.t() by the GEMM

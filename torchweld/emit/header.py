@@ -71,7 +71,7 @@ def _kernel_lines(plan: Plan) -> list[str]:
     """How many ops were fused into how many kernels, then one line per kernel."""
     graph = plan.graph
     nodes = graph.by_name()
-    fused = sum(len(k.nodes) for k in plan.kernels)
+    fused = sum(len(k.nodes) - (k.kind == "gemm") * sum(nodes[m].op == "aten" for m in k.nodes) for k in plan.kernels)
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
     pools = [k for k in plan.kernels if k.kind == "pool"]
     convs = [k for k in plan.kernels if k.kind == "depthwise"]

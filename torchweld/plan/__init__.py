@@ -27,7 +27,10 @@ def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check
     # written_over reads layouts and written_into
     p = replace(p, written_over=memory.written_over(p), elided_views=memory.elided_views(p))
     blockers = guard.graph_blockers(graph)
-    return replace(p, guard=guard.guard(p), graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)
+    g = guard.guard(p)
+    if ours:
+        g = replace(g, params=gemm_ours.params_read(p, g.params))
+    return replace(p, guard=g, graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)
 
 
 def _packed(p: Plan) -> dict[str, str]:

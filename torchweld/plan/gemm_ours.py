@@ -110,6 +110,24 @@ def apply(p, sites: dict[str, OursGemm | str]):
     return replace(p, kernels=tuple(kernels), steps=tuple(steps))
 
 
+MOVES = ("aten.t.default", "aten.transpose.int", "aten.permute.default", "aten.expand.default")
+
+
+def params_read(p, params: tuple[str, ...]) -> tuple[str, ...]:
+    """`params` (the guard's) and each parameter our GEMM kernels read through views and transposes:
+    forward checks their dtype and device too (the kernel is built for them)."""
+    nodes = p.graph.by_name()
+    found = list(params)
+    for k in p.kernels:
+        for a in k.inputs if k.kind == "gemm" else ():
+            n = nodes[a]
+            while n.op == "aten" and (n.target in VIEWS or n.target in MOVES) and n.args and isinstance(n.args[0], Ref):
+                n = nodes[n.args[0]]
+            if n.op == "param" and n.name not in found:
+                found.append(n.name)
+    return tuple(found)
+
+
 def describe_site(gemm: str, site: OursGemm | str) -> str:
     """One line for explain and the file's header."""
     if isinstance(site, str):
