@@ -198,7 +198,7 @@ def _site(n: Node, p, nodes: dict, users: dict, tf32: bool, claimed: set) -> Our
                     "1xtf32" if tf32 and n.dtype == "float32" else "")
     fold = _fold(n, base, p, nodes, users, claimed)
     if isinstance(fold, str):
-        ins = (a.name, b.name) + ((c.name,) if c else ())
+        ins = tuple(dict.fromkeys((a.name, b.name) + ((c.name,) if c else ())))  # x @ x reads x once
         return replace(base, kernel=Kernel(f"g{n.name}", (n.name,), ins, (n.name,), tuple(n.shape), "gemm", n.name),
                        no_fold=fold)
     return fold
