@@ -123,3 +123,15 @@ def test_mismatch_tolerance_follows_the_dtype():
     assert _tw_gemm_mismatch((a * 1.05,), (a,)) != ""
     nan = torch.tensor([float("nan"), 1.0])
     assert _tw_gemm_mismatch((nan,), (nan.clone(),)) == "" and _tw_gemm_mismatch((nan.nan_to_num(),), (nan,)) != ""
+
+
+def test_mismatch_tolerance_under_tf32_is_the_judges():
+    a = torch.ones(4)
+    was = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert _tw_gemm_mismatch((a * 1.0005,), (a,)) != ""
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert _tw_gemm_mismatch((a * 1.0005,), (a,)) == "" and _tw_gemm_mismatch((a * 1.005,), (a,)) != ""
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = was
