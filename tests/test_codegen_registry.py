@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import kernels
+from helpers import graphs, kernels
 from torchweld.codegen import KINDS, Kind, kind_of, module_source
 from torchweld.codegen.common import CUH, cuh
 from torchweld.ir import Kernel
@@ -83,6 +83,9 @@ def test_kind_of_reaches_every_entry():
     from torchweld.simplify import simplify
 
     plans.append(plan(simplify(capture(Norm().train(), [x]))))
+    from torchweld.options import Options
+    plans.append(plan(graphs(lambda s, x: torch.relu(x @ s.w), torch.randn(8, 16), w=torch.randn(16, 8))[-1],
+                      Options(gemm=True)))  # our GEMM
     reached = {kind_of(k, p.graph.by_name()) for p in plans for k in p.kernels}
     assert reached == set(KINDS)
 
@@ -139,7 +142,7 @@ def test_kind_modules_import_common_not_each_other():
     allowed = {"common", "ops", "reduce_stats"}
     kinds = {p.stem for p in CODEGEN.glob("*.py")} - allowed - {"__init__", "registry"}
     extra = {m: _codegen_imports(CODEGEN / f"{m}.py") - allowed for m in sorted(kinds)}
-    assert {m: i for m, i in extra.items() if i} == {"reduce_rows": {"reduce"}}
+    assert {m: i for m, i in extra.items() if i} == {"reduce_rows": {"reduce"}, "gemm_kernel": {"gemm", "gemm_source"}}
 
 
 def test_preludes_are_pasted_as_written():

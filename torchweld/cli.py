@@ -63,7 +63,8 @@ def output_path(problem: Path, name: str, output: str | None) -> Path:
 
 def _options(args, dump: bool = False) -> Options:
     """The Options the command line asks for."""
-    return Options(dump=dump, precision=args.precision, layout_plan=not args.no_layout_plan, cuda_graph=args.cuda_graph)
+    return Options(dump=dump, precision=args.precision, layout_plan=not args.no_layout_plan, cuda_graph=args.cuda_graph,
+                   gemm=args.gemm)
 
 
 def _explain(args) -> int:
@@ -98,6 +99,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graph", action="store_true",
                    help="replay the fast path as a CUDA graph (one launch; for forwards that launch many small "
                         "kernels; its terms are written in the file's header)")
+    p.add_argument("--gemm", action="store_true",
+                   help="run GEMMs in our own kernel with the pointwise work after them fused in, checked against "
+                        "the library's and timed at the first call (unverified on a GPU)")
 
 
 def build_parser() -> argparse.ArgumentParser:

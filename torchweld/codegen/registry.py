@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from torchweld.codegen import batchnorm, depthwise, pointwise, pointwise_cl, pool, reduce, reduce_rows, scan
+from torchweld.codegen import batchnorm, depthwise, gemm_kernel, pointwise, pointwise_cl, pool, reduce, reduce_rows, scan
 from torchweld.codegen.common import PLAIN, Launch, cuh, prelude
 from torchweld.codegen.reduce import ReduceCode
 from torchweld.codegen.reduce_rows import RowCode
@@ -31,6 +31,13 @@ class Kind:
 
 
 BLOCK_REDUCE = ("block_reduce.cuh",)
+
+
+def _gemm_source(k: Kernel, graph: Graph) -> str:
+    raise ValueError(f"{k.name}: a gemm kernel's source needs its site: module_source(..., gemm=plan.gemm_ours)")
+
+
+
 # NOTE: the scan does not call the block reductions, but every file with a reduce kernel has carried them.
 KINDS: dict[str, Kind] = {
     "pointwise": Kind(pointwise.source, pointwise.launch, channels_last=pointwise_cl.source),
@@ -40,6 +47,8 @@ KINDS: dict[str, Kind] = {
     "scan": Kind(scan.source, traffic=scan.traffic, preludes=BLOCK_REDUCE + ("block_scan.cuh",)),
     "pool": Kind(pool.source, channels_last=pool.channels_last),
     "depthwise": Kind(depthwise.source),
+    # NOTE: built from its plan/gemm_ours site (module_source's `gemm`), its main loops once per file
+    "gemm": Kind(_gemm_source, traffic=lambda k, graph: "operands read once per output tile, one store"),
 }
 # Reduce kernels whose anchor has a kind of its own; the rest are "rows" or "reduce".
 ANCHOR_KINDS = {"batch_norm": "batch_norm", "cumsum": "scan"}
@@ -55,17 +64,21 @@ def kind_of(k: Kernel, nodes) -> str:
     return "rows" if is_row_kernel(list(k.nodes), nodes) else "reduce"
 
 
-def module_source(kernels: list[Kernel], graph: Graph, layouts=None) -> str:
+def module_source(kernels: list[Kernel], graph: Graph, layouts=None, gemm: dict | None = None) -> str:
     """The whole `.cu` file: prelude, then every kernel with its launcher, and its channels-last
-    build where `layouts` (conv_layout.ConvLayouts) lets operands come channels-last."""
+    build where `layouts` (conv_layout.ConvLayouts) lets operands come channels-last. `gemm`: the
+    plan's `gemm_ours`, whose sites the "gemm" kernels are built from."""
     nodes = graph.by_name()
     kinds = [KINDS[kind_of(k, nodes)] for k in kernels]
     lowp = any(n.dtype in ("float16", "bfloat16") for n in graph.nodes)
     preludes = dict.fromkeys(name for kind in kinds for name in kind.preludes)  # once each, in the order kernels first need them
     text = prelude(lowp) + "".join("\n" + cuh(name) for name in preludes)
+    sites = {s.kernel.name: s for s in (gemm or {}).values() if not isinstance(s, str)}
+    if any(k.kind == "gemm" for k in kernels):
+        text += "\n" + gemm_kernel.prelude([sites[k.name] for k in kernels if k.kind == "gemm"], graph)
     parts = []
     for k, kind in zip(kernels, kinds):
-        parts.append(kind.source(k, graph))
+        parts.append(gemm_kernel.source(k, graph, sites[k.name]) if k.kind == "gemm" else kind.source(k, graph))
         strides = layouts.of(k) if layouts is not None else {}
         if strides:
             parts.append(kind.channels_last(k, graph, strides))

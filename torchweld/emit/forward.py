@@ -6,6 +6,7 @@ import torch
 from torchweld.codegen import torch_expr
 from torchweld.emit.exprs import aten_line, expr, module_path, state_path
 from torchweld.emit.gemm_ways import gemm_way_args
+from torchweld.emit.gemm_wrapper import gemm_call
 from torchweld.ir import LIBRARY, Node, Plan, Ref, flat_args, format_node
 from torchweld.options import Options, Precision
 from torchweld.plan.memory import COPY
@@ -73,6 +74,9 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             args = ", ".join(gemm_way_args(site, k, plan))
             body.append(f"        {outs} = _tw_lt(self, {k.name!r}, _lt_{k.name}, {site.ways!r}, {args})"
                         f"  # library and {k.name}: the fastest of {', '.join(site.ways)}")
+            continue
+        if k is not None and k.kind == "gemm":
+            body.append(gemm_call(k, plan, operand))
             continue
         if k is not None:
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")

@@ -6,6 +6,7 @@ from math import prod
 from torchweld.codegen import reduce_traffic
 from torchweld.ir import LIBRARY, VIEWS, Plan
 from torchweld.options import Options, Precision
+from torchweld.plan.gemm_ours import describe_site
 from torchweld.plan.gemm_sites import describe_decision
 from torchweld.simplify.conv_fold import fold_header
 
@@ -30,6 +31,10 @@ def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
                      "first call on each device,")
         lines.append("and keeps the fastest where it is clearly faster than ours):")
         lines += [f"  {k}: {describe_decision(decision)}" for k, decision in plan.gemm_sites.items()]
+    if plan.gemm_ours:
+        lines.append("GEMMs with --gemm: our GEMM (unverified on a GPU): at a site's first call on each device `_tw_gemm` runs")
+        lines.append("ours and the library's way on the same inputs, and keeps ours only where it matched and is faster:")
+        lines += [f"  {describe_site(g, s)}" for g, s in plan.gemm_ours.items()]
     lines += fold_header(graph)
     if plan.packed_weights:
         lines.append("Packed weights (`_tw_pack`: cuBLAS runs the GEMM's NN form, faster than the TN form of a linear's")
@@ -66,7 +71,7 @@ def _kernel_lines(plan: Plan) -> list[str]:
     """How many ops were fused into how many kernels, then one line per kernel."""
     graph = plan.graph
     nodes = graph.by_name()
-    fused = sum(len(k.nodes) for k in plan.kernels)
+    fused = sum(len(k.nodes) - (k.kind == "gemm") * sum(nodes[m].op == "aten" for m in k.nodes) for k in plan.kernels)
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
     pools = [k for k in plan.kernels if k.kind == "pool"]
     convs = [k for k in plan.kernels if k.kind == "depthwise"]
@@ -85,6 +90,9 @@ def _kernel_lines(plan: Plan) -> list[str]:
             out = nodes[k.anchor].shape
             lines.append(f"  {k.name}: {ops}  {tuple(k.shape)} -> {tuple(out)} (one thread per output, "
                          f"{prod(out):,} outputs)")
+        elif k.kind == "gemm":
+            folded = ", ".join(nodes[m].op for m in k.nodes if nodes[m].op != "aten") or "nothing"
+            lines.append(f"  {k.name}: our GEMM {k.anchor}, then {folded}  over {tuple(k.shape)}")
         elif k.kind == "depthwise":
             taps = "x".join(map(str, nodes[nodes[k.anchor].args[1]].shape[2:]))
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} outputs of a {taps} "

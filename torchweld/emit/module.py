@@ -6,6 +6,8 @@ import ast
 from torchweld.codegen import module_source, reduce_launch, variant_name
 from torchweld.emit.forward import forward
 from torchweld.emit.gemm_ways import gemm_ways_function
+from torchweld.emit.gemm_wrapper import gemm_build, site_of
+from torchweld.codegen.gemm_kernel import built
 from torchweld.emit.header import header
 from torchweld.emit.runtime import pasted
 from torchweld.emit.source import EmitError, init_check, init_method, method_source, methods, source_parts
@@ -31,15 +33,21 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     if fwd.args.vararg or fwd.args.kwarg:  # the guard names each input: *args would leave them unbound
         raise EmitError("forward takes *args or **kwargs: not supported")
     graph = plan.graph
-    cuda = module_source(list(plan.kernels), graph, plan.layouts)
+    cuda = module_source(list(plan.kernels), graph, plan.layouts, plan.gemm_ours)
     out = [header(plan, problem_name, options), "import ctypes", "import hashlib", "import inspect", "", *IMPORTS]
     out += [s for s in keep if s.strip() and s.strip() not in out]
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, graph).workspace > 0)
               for k in plan.kernels}
     n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in plan.kernels if plan.layouts.of(k)})
-    out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", "", pasted("build"), ""]
+    ours = [k for k in plan.kernels if k.kind == "gemm"]
+    n_ptrs.update({k.name: len(built(site_of(k, plan), graph).args) for k in ours})
+    out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", ""]
+    if ours:  # NOTE: before the build, which reads `_tw_gemm_flags` (files without our GEMM stay as they were)
+        out += [pasted("timing"), "", pasted("gemm"), "", gemm_build(pasted("build")), ""]
+    else:
+        out += [pasted("build"), ""]
     timed = plan.timed_gemm_sites
-    runtime = [("timing", plan.conv_sites or timed), ("conv", plan.conv_sites), ("gemm_ways", timed),
+    runtime = [("timing", (plan.conv_sites or timed) and not ours), ("conv", plan.conv_sites), ("gemm_ways", timed),
                ("fold", any(n.op == FOLD for n in graph.nodes)), ("pack", plan.packed_weights),
                ("tf32", options.precision is Precision.TF32), ("graph", plan.cuda_graph)]
     for name, needed in runtime:

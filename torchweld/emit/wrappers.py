@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from torchweld.codegen import (contiguous_strides, is_contiguous, memory_order, operands, out_strides, reduce_launch,
                                variant_aligned, variant_name, vec_class, vector_width)
+from torchweld.emit.gemm_wrapper import gemm_wrappers
 from torchweld.ir import Kernel, Node, Plan, Ref
 from torchweld.tiling import ITEMSIZE
 
@@ -15,6 +16,8 @@ def wrapper(k: Kernel, plan: Plan) -> str:
     """`_<kernel>(operands...)`: the Python function that lays out operands, allocates outputs and
     launches kernel `k`, writing outputs where the plan says (`written_over`, `written_into`)."""
     into = {o: dst for o, (_, dst) in plan.written_into.items() if o in k.outputs}
+    if k.kind == "gemm":
+        return gemm_wrappers(k, plan)
     if k.kind in ("reduce", "depthwise"):
         return _reduce_wrapper(k, plan.graph, into)
     if k.kind == "pool":

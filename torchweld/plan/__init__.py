@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from torchweld.ir import Graph, Plan
 from torchweld.options import Options
-from torchweld.plan import conv_layout, conv_sites, gemm_pack, gemm_sites, guard, memory
+from torchweld.plan import conv_layout, conv_sites, gemm_ours, gemm_pack, gemm_sites, guard, memory
 from torchweld.plan.describe import describe
 from torchweld.plan.partition import NEVER_FUSED, can_fuse, partition
 from torchweld.tiling import device_sms
@@ -13,15 +13,36 @@ from torchweld.tiling import device_sms
 __all__ = ["NEVER_FUSED", "can_fuse", "describe", "partition", "plan"]
 
 
-def plan(graph: Graph, options: Options = Options()) -> Plan:
+def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check | None = None) -> Plan:
     """The graph as kernels and library calls, with every decision on how they run recorded, each
-    made once, in the order the later ones need the earlier."""
+    made once, in the order the later ones need the earlier. `gemm_check`: codegen's word on whether
+    our GEMM builds a site (the pipeline hands it in; plan/ does not import codegen)."""
     p = partition(graph, options.sms or device_sms())
+    ours = gemm_ours.gemm_ours(p, options.tf32, gemm_check) if options.gemm else {}
+    if ours:  # NOTE: before the other decisions, which then see our GEMM kernels in place of those they fold
+        p = replace(gemm_ours.apply(p, ours), gemm_ours=ours)
     layouts = conv_layout.conv_layouts(p) if options.layout_plan else conv_layout.ConvLayouts()
     p = replace(p, layouts=layouts, conv_sites=conv_sites.conv_sites(p, layouts) if options.layout_plan else {},
-                gemm_sites=gemm_sites.gemm_sites(p), packed_weights=gemm_pack.packed_weights(graph))
+                gemm_sites=_library_sites(p), packed_weights=_packed(p))
     p = replace(p, written_into=memory.written_into(p))  # reads gemm_sites
     # written_over reads layouts and written_into
     p = replace(p, written_over=memory.written_over(p), elided_views=memory.elided_views(p))
     blockers = guard.graph_blockers(graph)
-    return replace(p, guard=guard.guard(p), graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)
+    g = guard.guard(p)
+    if ours:
+        g = replace(g, params=gemm_ours.params_read(p, g.params))
+    return replace(p, guard=g, graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)
+
+
+def _packed(p: Plan) -> dict[str, str]:
+    """Packed weights, less the transposes our GEMM kernels read in place through their strides."""
+    read = {x for k in p.kernels if k.kind == "gemm" for x in k.inputs}
+    return {t: w for t, w in gemm_pack.packed_weights(p.graph).items() if t not in read}
+
+
+def _library_sites(p: Plan) -> dict:
+    """GEMM sites (gemm_sites.py) of the GEMMs the library runs: not a kernel of ours, nor a kernel
+    after a GEMM our kernel runs (that GEMM is made once, by ours)."""
+    ours = {k.anchor for k in p.kernels if k.kind == "gemm"}
+    return {k: s for k, s in gemm_sites.gemm_sites(p).items()
+            if p.kernel(k).kind != "gemm" and getattr(s, "gemm", None) not in ours}
