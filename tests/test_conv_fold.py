@@ -319,7 +319,7 @@ def test_a_packed_weight_holds_the_weight_it_was_packed_from():
     from torchweld.emit.runtime import pasted
 
     scope = {"torch": torch}
-    exec(pasted("conv"), scope)
+    exec(pasted("conv_run"), scope)
     scope["_tw_pick"] = lambda x, w, args, fmt, to=None: ((fmt, False), [])
     module, x = nn.Module(), torch.randn(2, 3, 6, 6)
     for _ in range(3):

@@ -17,7 +17,7 @@ from torchweld.emit.runtime import pasted
 from torchweld.options import Options
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_problem
-from torchweld.runtime.gemm import _tw_gemm, _tw_gemm_decide, _tw_gemm_mismatch
+from torchweld.runtime.gemm_select import _tw_gemm, _tw_gemm_decide, _tw_gemm_mismatch
 
 MATMUL = Path(__file__).resolve().parents[1] / "problems" / "matmul"
 NVCC = shutil.which("nvcc")
@@ -48,8 +48,8 @@ def test_emitted_file_runs_our_gemm_at_each_site(name):
 
 def test_without_our_gemm_the_build_is_as_before():
     src = compile_problem(load_problem(MATMUL / "linear_relu.py")).source
-    assert "_tw_gemm" not in src and pasted("build") in src
-    assert gemm_build(pasted("build")).count("_tw_gemm_flags()") == 2
+    assert "_tw_gemm" not in src and pasted("extension") in src
+    assert gemm_build(pasted("extension")).count("_tw_gemm_flags()") == 2
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import torch
 
 from torchweld.judge import child, guards
 from torchweld.judge.check_options import CheckOptions
-from torchweld.runtime import timing as runtime_timing
+from torchweld.runtime import site_timing as runtime_timing
 
 PROBLEM = '''
 import torch

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from torchweld.judge.timing import Timer, medians
-from torchweld.runtime import timing as runtime_timing
+from torchweld.runtime import site_timing as runtime_timing
 
 
 class SimGPU:
@@ -65,7 +65,7 @@ def test_the_simulation_shows_the_bias_pair_removes():
 # ---- one timer: the judge's Timer, the first check's medians and the emitted files' _tw_time -------------
 
 class FakeCUDA:
-    """Just enough of `torch` for runtime/timing.py and the Timer on the CPU: a device clock that calls
+    """Just enough of `torch` for runtime/site_timing.py and the Timer on the CPU: a device clock that calls
     advance, events that read it, and buffers that remember their size."""
 
     int32 = "int32"

@@ -78,3 +78,12 @@ def test_checker_sees_a_backward_import(tmp_path):
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_stage_is_a_package(stage):
     assert (PKG / stage / "__init__.py").exists()
+
+
+def test_no_two_modules_share_a_name():
+    """Files of one name in two folders are told apart by their names (an `__init__.py` aside)."""
+    seen: dict[str, list[str]] = {}
+    for path in PKG.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.parent.relative_to(PKG.parent)))
+    assert {name: dirs for name, dirs in seen.items() if len(dirs) > 1} == {}

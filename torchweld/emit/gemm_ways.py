@@ -1,5 +1,5 @@
 """`_lt_<kernel>`: the GEMM and the kernel after it, run each way its site offers (plan/gemm_sites.py);
-`_tw_lt` (runtime/gemm_ways.py) times them at the first call and keeps the fastest."""
+`_tw_lt` (runtime/gemm_way_pick.py) times them at the first call and keeps the fastest."""
 from __future__ import annotations
 
 from torchweld.emit.exprs import aten_line, expr

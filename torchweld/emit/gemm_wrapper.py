@@ -1,5 +1,5 @@
 """Our GEMM's two functions per site (`--gemm`): `_<kernel>_ours` launches our kernel, `_<kernel>_library`
-runs the aten GEMM and the folded ops in PyTorch; `_tw_gemm` (runtime/gemm.py) picks one per device."""
+runs the aten GEMM and the folded ops in PyTorch; `_tw_gemm` (runtime/gemm_select.py) picks one per device."""
 from __future__ import annotations
 
 from torchweld.codegen import torch_expr
@@ -60,16 +60,16 @@ def gemm_wrappers(k: Kernel, plan: Plan) -> str:
     return "\n".join(lines)
 
 
-# The build's flags and cache name, in files with our GEMM: `_tw_gemm_flags()` (runtime/gemm.py) adds
+# The build's flags and cache name, in files with our GEMM: `_tw_gemm_flags()` (runtime/gemm_select.py) adds
 # sm_90a's -gencode on a device of compute capability 9.0.
 BUILD_EDITS = (('extra_cuda_cflags=["-O3", "-lineinfo"]', 'extra_cuda_cflags=["-O3", "-lineinfo", *_tw_gemm_flags()]'),
                ("hashlib.sha256(_CUDA_SRC.encode())", "hashlib.sha256((_CUDA_SRC + repr(_tw_gemm_flags())).encode())"))
 
 
 def gemm_build(build: str) -> str:
-    """runtime/build.py's pasted text with the edits above (each must find its text)."""
+    """runtime/extension.py's pasted text with the edits above (each must find its text)."""
     for old, new in BUILD_EDITS:
         if build.count(old) != 1:
-            raise ValueError(f"runtime/build.py no longer holds {old!r} once")
+            raise ValueError(f"runtime/extension.py no longer holds {old!r} once")
         build = build.replace(old, new)
     return build

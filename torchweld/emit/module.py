@@ -43,12 +43,12 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     n_ptrs.update({k.name: len(built(site_of(k, plan), graph).args) for k in ours})
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", ""]
     if ours:  # NOTE: before the build, which reads `_tw_gemm_flags` (files without our GEMM stay as they were)
-        out += [pasted("timing"), "", pasted("gemm"), "", gemm_build(pasted("build")), ""]
+        out += [pasted("site_timing"), "", pasted("gemm_select"), "", gemm_build(pasted("extension")), ""]
     else:
-        out += [pasted("build"), ""]
+        out += [pasted("extension"), ""]
     timed = plan.timed_gemm_sites
-    runtime = [("timing", (plan.conv_sites or timed) and not ours), ("conv", plan.conv_sites), ("gemm_ways", timed),
-               ("fold", any(n.op == FOLD for n in graph.nodes)), ("pack", plan.packed_weights),
+    runtime = [("site_timing", (plan.conv_sites or timed) and not ours), ("conv_run", plan.conv_sites),
+               ("gemm_way_pick", timed), ("fold", any(n.op == FOLD for n in graph.nodes)), ("pack", plan.packed_weights),
                ("tf32", options.precision is Precision.TF32), ("graph", plan.cuda_graph)]
     for name, needed in runtime:
         if needed:

@@ -2,7 +2,7 @@
 inputs, median of many runs.
 
 The judge times with `Timer`, and so does the first check `torchweld compile` runs (`medians`). Its L2
-flush and its median are runtime/timing.py's, the rules the emitted files' `_tw_time` follows. The
+flush and its median are runtime/site_timing.py's, the rules the emitted files' `_tw_time` follows. The
 stage (`stage`) times eager, torch.compile and the candidate interleaved, then checks what only timing
 shows: results cached by input value, work left running on another stream.
 """
@@ -14,7 +14,7 @@ from torchweld.judge import guards, quiet
 from torchweld.judge.correctness import cheat, to_cuda
 from torchweld.judge.guards import RealClocks
 from torchweld.judge.tolerance import compare
-from torchweld.runtime.timing import flush_buffer, l2_bytes, median
+from torchweld.runtime.site_timing import flush_buffer, l2_bytes, median
 
 METHOD = ("CUDA events (captured before the candidate was imported) around each call on the current stream; "
           "L2 flushed before each call by writing a buffer of 2x the L2 size; {warmup} warm-up calls; "

@@ -1,6 +1,6 @@
 """Conv output layouts: which convolutions hand their readers the layout cuDNN made them in.
 
-`_tw_conv` (runtime/conv.py) runs each 2-d or 3-d convolution in NCHW or channels-last,
+`_tw_conv` (runtime/conv_run.py) runs each 2-d or 3-d convolution in NCHW or channels-last,
 whichever it measured fastest at its first call. A channels-last result converted back to the
 captured layout costs a pass over the whole output (read and write). A site skips that pass where
 every value made from its output (through views) is read only by fused kernels that also have a

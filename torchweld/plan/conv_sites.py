@@ -1,5 +1,5 @@
 """Convolution sites: the convolutions `_tw_conv` runs in the layout measured fastest at their first
-call (runtime/conv.py), and the layout each hands its output on in."""
+call (runtime/conv_run.py), and the layout each hands its output on in."""
 from __future__ import annotations
 
 import torch

@@ -15,7 +15,7 @@
    both matrices is above 1; elsewhere it runs addmm and a separate activation (correct, but slower).
 
 The emitted file times the ways offered at a site's first call on each device and keeps the fastest
-where it is clearly faster than ours (`_tw_lt` in runtime/gemm_ways.py).
+where it is clearly faster than ours (`_tw_lt` in runtime/gemm_way_pick.py).
 
 NOTE: the flag's GELU is the tanh form on CUDA only: the CPU kernel computes exact (erf) GELU for
 use_gelu=True, so the file never takes this path off CUDA, and exact GELU never matches here.

@@ -5,7 +5,7 @@ alone) by emit/runtime.py; above it, what makes this a module of its own.
 """
 import torch
 
-from torchweld.runtime.timing import _tw_time
+from torchweld.runtime.site_timing import _tw_time
 
 # pasted into files with a convolution. Layout and algorithm planning: each convolution site
 # runs in the memory format (PyTorch's NCHW, or channels-last) and cuDNN mode (heuristic pick, or

@@ -5,7 +5,7 @@ alone) by emit/runtime.py; above it, what makes this a module of its own.
 """
 import torch
 
-from torchweld.runtime.timing import _tw_time
+from torchweld.runtime.site_timing import _tw_time
 
 # pasted into files with a GEMM site (lt_epilogue.py). Each site has a function
 # `fn(module, way, *args)` running the GEMM and its kernel one way: "ours" (the GEMM then our kernel),

@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from torchweld.runtime.timing import _tw_time
+from torchweld.runtime.site_timing import _tw_time
 
 # pasted into files with our GEMM. Each site has two functions of the same arguments returning the
 # same outputs: `ours` (our GEMM kernel with its epilogue; None where this device has no GEMM path)
