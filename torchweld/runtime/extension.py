@@ -28,7 +28,9 @@ def _tw_build():
     try:
         path = cpp_extension.load_inline(**kwargs)
     except Exception as e:  # ninja's message holds the compiler output; keep its error lines
-        errors = [l for l in str(e).splitlines() if "error" in l.lower()][:8]
+        lines = [l for l in str(e).splitlines() if l.strip()]
+        # NOTE: else its last lines: a missing toolkit (no nvcc, CUDA_HOME unset, no ninja) says so without "error"
+        errors = [l for l in lines if "error" in l.lower()][:8] or lines[-8:] or [type(e).__name__]
         where = cpp_extension._get_build_directory(name, False)
         raise RuntimeError(f"torchweld: building {name} failed (sources in {where}):\n" + "\n".join(errors)) from None
     lib = ctypes.CDLL(path)
