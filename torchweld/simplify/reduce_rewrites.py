@@ -300,7 +300,8 @@ def _matmul(reduction: Reduction, chain: Chain, nodes: dict):
     if reduction.dims == (last,) and y[-1] == core.shape[-1]:
         # sum_j (A @ B)[.., j] -> A @ sum_j B[:, j]: a matrix-vector product
         src, d = (M.args[0], len(M.shape) - 2) if _is_transpose(M) else (m, len(M.shape) - 1)
-        col = new.reduce(reduction.op, src, (d,), False)
+        # NOTE: a weight's reduction stays a call on parameters; an input's is work of its own, in a kernel
+        col = new.reduce(reduction.op, src, (d,), False, fused=new[src].op != "param")
         if len(A.shape) == 2:
             out = new.aten("aten.mv.default", [a, col], A.shape[:1])
         else:
