@@ -4,12 +4,15 @@ from __future__ import annotations
 import inspect
 import operator
 import re
+import traceback
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
+from torchweld.capture.constants import ConstantError, constant_node
 from torchweld.capture.conv import depthwise_nodes
 from torchweld.capture.meta import dtype_name, to_ir_arg, val
 from torchweld.capture.norm import anchor_nodes
@@ -45,7 +48,7 @@ def _decompositions() -> dict:
     return get_decompositions([torch.ops.aten.glu])
 
 
-def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
+def trace_aten(model: torch.nn.Module, inputs: list, filename: str | None = None) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
     """make_fx over a functional call, so parameters and buffers become graph inputs."""
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
@@ -64,9 +67,33 @@ def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModu
         with torch.no_grad():
             gm = make_fx(functionalize(fn), **kwargs)(*state_vals, *inputs)
     except Exception as e:
+        if type(e).__name__ in DATA_DEPENDENT:
+            raise CaptureError(_data_dependent(e, {filename, _source_file(model)})) from None
         first = str(e).splitlines()[0] if str(e) else ""
         raise CaptureError(f"tracing forward failed: {type(e).__name__}: {first}") from e
     return gm, state_names, arg_names
+
+
+# What the fake trace raises where forward needs a tensor's values: to branch (`if x.sum() > 0:`),
+# as a number (`int(x.max())`), or for an output's shape (`x[x > 0]`, `nonzero`).
+DATA_DEPENDENT = frozenset({"GuardOnDataDependentSymNode", "DataDependentOutputException",
+                            "DynamicOutputShapeException"})
+
+
+def _source_file(model) -> str | None:
+    try:
+        return inspect.getsourcefile(type(model))
+    except (TypeError, OSError):
+        return None
+
+
+def _data_dependent(e: Exception, files: set) -> str:
+    """One line naming the statement of the user's forward that needs a tensor's values."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename in files]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} (`{(frames[-1].line or '').strip()}`)" \
+        if frames else ""
+    return (f"forward depends on a tensor's values{where}: control flow or shapes that follow data "
+            f"cannot be traced once and compiled ({type(e).__name__})")
 
 
 def _forward_arg_names(model, n: int) -> list[str]:
@@ -80,7 +107,7 @@ def _forward_arg_names(model, n: int) -> list[str]:
 
 def capture(model: torch.nn.Module, inputs: list, filename: str | None = None) -> Graph:
     """Trace `model(*inputs)` with fake tensors and convert the aten graph to the IR."""
-    gm, state_names, arg_names = trace_aten(model, inputs)
+    gm, state_names, arg_names = trace_aten(model, inputs, filename)
     buffers = frozenset(name for name, _ in model.named_buffers(remove_duplicate=False))
     return from_fx(gm, state_names, arg_names, filename, inputs, buffers)
 
@@ -102,6 +129,11 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     def shape_dtype(n):
         v = val(n)
         if isinstance(v, torch.Tensor):
+            if not all(isinstance(s, int) or s.node.has_hint() for s in v.shape):
+                line, _, text = _origin(n, filename).removeprefix("line ").partition(": ")
+                where = f" at {Path(filename or '').name}:{line} (`{text}`)" if line else ""
+                raise CaptureError(f"a shape in forward depends on a tensor's values{where}: "
+                                   f"kernels are built for fixed shapes")
             return tuple(int(s) for s in v.shape), dtype_name(v.dtype)
         return (), "tuple" if isinstance(v, (tuple, list)) else type(v).__name__
 
@@ -134,8 +166,16 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 raise CaptureError("forward must return a tensor or a flat tuple of tensors")
             outputs = tuple(names[o] for o in outs)
             continue
+        if n.op == "get_attr":  # a tensor made inside forward from Python data
+            try:
+                node = constant_node(f"v{len(nodes)}", getattr(gm, n.target), _origin(n, filename))
+            except ConstantError as e:
+                raise CaptureError(str(e)) from None
+            names[n] = node.name
+            nodes.append(node)
+            continue
         if n.op != "call_function":
-            raise CaptureError(f"unsupported graph node {n.op} {n.target} (constants created inside forward?)")
+            raise CaptureError(f"unsupported graph node {n.op} {n.target}")
         shape, dtype = shape_dtype(n)
         name = f"v{len(nodes)}"
         origin = _origin(n, filename)
