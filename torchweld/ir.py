@@ -32,7 +32,7 @@ REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "prod", "argm
                        "var", "std"})
 # Reductions whose value a row epilogue may read (argmax/argmin give indices).
 ROW_OPS = REDUCTION - {"argmax", "argmin"}
-ROWWISE = frozenset({"softmax", "log_softmax", "cumsum"})
+ROWWISE = frozenset({"softmax", "log_softmax", "cumsum", "cumprod"})
 # A reduction's second result (max's values, var_mean's mean): made by its anchor's kernel.
 AUX = "reduce_aux"
 NORM = frozenset({"layer_norm", "group_norm", "instance_norm", "batch_norm"})

@@ -51,7 +51,7 @@ KINDS: dict[str, Kind] = {
     "gemm": Kind(_gemm_source, traffic=lambda k, graph: "operands read once per output tile, one store"),
 }
 # Reduce kernels whose anchor has a kind of its own; the rest are "rows" or "reduce".
-ANCHOR_KINDS = {"batch_norm": "batch_norm", "cumsum": "scan"}
+ANCHOR_KINDS = {"batch_norm": "batch_norm", "cumsum": "scan", "cumprod": "scan"}
 
 
 def kind_of(k: Kernel, nodes) -> str:

@@ -129,7 +129,7 @@ def _attach(g: _Groups, anchor: Node) -> None:
     that holds another reduction of the same rows (rows.py): one kernel then reduces and writes.
     """
     nodes, users = g.nodes, g.users
-    full = anchor.op in ("softmax", "log_softmax", "cumsum", "layer_norm", "group_norm", "instance_norm", "batch_norm")
+    full = anchor.op in ("softmax", "log_softmax", "cumsum", "cumprod", "layer_norm", "group_norm", "instance_norm", "batch_norm")
     rows = row_anchor(anchor, nodes)
     aux = [u for u in users[anchor.name] if u != "<output>" and nodes[u].op == AUX]
     for u in aux:  # a second result (max's values, var_mean's mean) comes from the same kernel
