@@ -42,10 +42,12 @@ def _origin(node: torch.fx.Node, filename: str | None) -> str:
 
 def _decompositions() -> dict:
     """Composite ops traced as their parts, so the parts fuse: glu(x) -> x[:h] * sigmoid(x[h:])
-    (two views of the library op's output, read in place by one kernel)."""
+    (two views of the library op's output, read in place by one kernel); the pointwise losses
+    (Huber, smooth L1, MSE) -> their pointwise chain and its mean or sum, one reduce kernel."""
     from torch._decomp import get_decompositions
 
-    return get_decompositions([torch.ops.aten.glu])
+    aten = torch.ops.aten
+    return get_decompositions([aten.glu, aten.huber_loss, aten.smooth_l1_loss, aten.mse_loss])
 
 
 def trace_aten(model: torch.nn.Module, inputs: list, filename: str | None = None) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
