@@ -192,6 +192,8 @@ class Plan:
     guard: Guard = Guard()
     graph_blockers: tuple[str, ...] = ()  # why forward cannot be replayed as a CUDA graph (plan/guard.py)
     cuda_graph: bool = False  # the fast path is replayed as a CUDA graph (asked for, and nothing blocks it)
+    # values built from constants (and parameters) alone, made once per device and parameter version (plan/held.py)
+    held: tuple[str, ...] = ()
 
     def kernel(self, name: str) -> Kernel | None:
         return next((k for k in self.kernels if k.name == name), None)
