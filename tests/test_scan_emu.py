@@ -55,5 +55,7 @@ def test_cumprod_every_dim(tmp_path, shape):
     x = _specials(torch.randn(shape))
     with torch.no_grad():
         want, got = namespace["Model"]()(x.clone()), new_cls()(x.clone())
+    launched = new_cls.forward.__globals__["_LIB"].launched
+    assert sorted(set(launched)) == sorted(k.name for k in result.plan.kernels)  # NOTE: not the general path
     bad = [f"{name}: {m}" for name, g, w in zip(exprs, got, want) if (m := mismatch(g, w, 1e-4))]
     assert not bad, "\n".join(bad)

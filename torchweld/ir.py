@@ -42,7 +42,10 @@ POOL = frozenset({"max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_poo
 # Depthwise convolution (groups == input channels): anchors one kernel of kind "depthwise"
 # (codegen/depthwise.py) with a pointwise epilogue on its output; other convolutions stay in cuDNN.
 CONV = frozenset({"depthwise_conv"})
-ANCHORS = REDUCTION | ROWWISE | NORM | POOL | CONV
+# torch.cat along one dim: anchors one kernel of kind "reduce" (codegen/concat.py) that reads each
+# part where it lies and writes the result, with a pointwise epilogue on it.
+CONCAT = frozenset({"cat"})
+ANCHORS = REDUCTION | ROWWISE | NORM | POOL | CONV | CONCAT
 LEAVES = frozenset({"input", "param"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 # What our own anchor kernels (norms, pools, depthwise convolutions) compute in; fp64 stays in PyTorch.

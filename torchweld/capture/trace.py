@@ -12,6 +12,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
+from torchweld.capture.cat import concat_nodes
 from torchweld.capture.constants import ConstantError, constant_node
 from torchweld.capture.conv import depthwise_nodes
 from torchweld.capture.meta import dtype_name, to_ir_arg, val
@@ -215,6 +216,8 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 made = [spatial_reduction_as_pool(made[0], n.args[0])]
             if node is None and made is None:
                 made = depthwise_nodes(n, name, names, origin)
+            if node is None and made is None:
+                made = concat_nodes(n, name, names, origin)
             if node is None and made is None:
                 pooled = pool_nodes(n, name, names, origin)
                 if pooled is not None:

@@ -155,6 +155,8 @@ def _anchor_expr(n: Node, args: list[str]) -> str:
     x, dims, keep = args[0], list(n.attr("dims", ())), n.attr("keepdim")
     if n.op in POOL:
         return _pool_expr(n, x)
+    if n.op == "cat":
+        return f"torch.cat([{', '.join(args)}], {n.attr('dim')!r})"
     if n.op == "reduce_aux":  # args: the anchor, its input
         x = args[1]
         if n.attr("what") == "mean":
