@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torchweld.ir import Graph, Node
+from torchweld.ir import VIEWS, Graph, Node
 
+# Calls whose result shares its input's memory.
+ALIASES = VIEWS | {"aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.expand.default",
+                   "aten.unsqueeze.default", "aten.squeeze.dim", "aten.select.int", "aten.slice.Tensor",
+                   "aten.alias.default", "aten.as_strided.default", "aten.unbind.int", "aten.split.Tensor"}
 # Calls whose value differs between calls with the same arguments, or that write into a tensor.
 _VARYING = ("rand", "bernoulli", "normal", "uniform", "dropout", "multinomial", "empty", "poisson", "exponential")
 
@@ -35,9 +39,22 @@ def held_values(graph: Graph) -> tuple[str, ...]:
         if _made_from_nothing(n) or (ins and all(a in rooted or nodes[a].op == "param" for a in ins)
                                      and any(a in rooted for a in ins)):
             rooted.add(n.name)
-    # NOTE: a value something writes into (copy_, add_) is not the same on every call
-    written = {a for n in graph.nodes if _varying(n) for a in n.inputs()}
+    # NOTE: a value something writes into (copy_, add_) is not the same on every call, and one forward
+    # returns (or a view of it) is the caller's to write into
+    written = {a for n in graph.nodes if _varying(n) for a in n.inputs()} | _returned(graph, nodes)
     return tuple(n.name for n in graph.nodes if n.name in rooted and n.name not in written)
+
+
+def _returned(graph: Graph, nodes: dict) -> set[str]:
+    """The outputs and the tensors they are views of."""
+    out, stack = set(), list(graph.outputs)
+    while stack:
+        n = nodes[stack.pop()]
+        if n.name not in out:
+            out.add(n.name)
+            if n.op == "aten" and n.target in ALIASES and n.inputs():
+                stack.append(n.inputs()[0])
+    return out
 
 
 def masked(graph: Graph, held: tuple[str, ...]) -> Graph:
