@@ -72,3 +72,16 @@ def test_data_dependent_forward_names_the_line(tmp_path, body, line, text):
     assert reason is not None and "\n" not in reason
     assert f"p.py:{line} (`{text}`)" in reason and "tensor's values" in reason
     assert "u0" not in reason
+
+
+def test_view_after_a_dropped_copy_becomes_a_reshape():
+    """matmul traces `reshape` of a head-split q as clone + _unsafe_view; capture drops the clone, and
+    the view of q's own strides (no view can take them) failed at run time in the emitted file."""
+    def attention(s, x):
+        q = x.view(2, 16, 3, 4, 4).permute(2, 0, 3, 1, 4)[0]
+        return q @ q.transpose(-2, -1)
+
+    x = torch.randn(2, 16, 48)
+    g = capture(Fn(attention), [x])
+    assert "aten.reshape.default" in {n.target for n in g.nodes}
+    assert torch.allclose(run_graph(g, {}, [x]), attention(None, x))

@@ -236,11 +236,31 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                     tuples.add(n)
                 continue
             node = node or Node(
-                name, "aten", to_ir_arg(tuple(n.args), names), shape, dtype, target=str(n.target),
+                name, "aten", to_ir_arg(tuple(n.args), names), shape, dtype, target=_view_target(n),
                 attrs=tuple(sorted((k, to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
     return device_neutral(Graph(tuple(nodes), outputs, single))
+
+
+def _view_target(n: torch.fx.Node) -> str:
+    """`n`'s aten target; a view of a copy that capture drops (the clone a reshape traces as) becomes a
+    reshape where the tensor copied has strides no view can take (it then copies, as the clone did)."""
+    target = str(n.target)
+    if target not in ("aten.view.default", "aten._unsafe_view.default"):
+        return target
+    src = n.args[0]
+    while isinstance(src, torch.fx.Node) and src.op == "call_function" and src.args and \
+            getattr(src.target, "__name__", "").split(".")[0] in NOOPS and isinstance(src.args[0], torch.fx.Node):
+        src = src.args[0]
+    v = val(src)
+    if src is n.args[0] or not isinstance(v, torch.Tensor):
+        return target
+    try:
+        torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta").view(list(n.args[1]))
+    except RuntimeError:
+        return "aten.reshape.default"
+    return target
 
 
 def _restride_noop(n: torch.fx.Node, nodes: list[Node], names: dict) -> bool:
