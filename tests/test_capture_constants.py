@@ -85,3 +85,11 @@ def test_view_after_a_dropped_copy_becomes_a_reshape():
     g = capture(Fn(attention), [x])
     assert "aten.reshape.default" in {n.target for n in g.nodes}
     assert torch.allclose(run_graph(g, {}, [x]), attention(None, x))
+
+
+def test_integer_scalar_constant_folds_into_a_float_op():
+    fn = lambda s, x: torch.min(x * torch.tensor(3), torch.tensor(2, dtype=torch.int32)) + torch.tensor(True)
+    x = torch.randn(4, 8)
+    _, g = graphs(fn, x)
+    assert not [n for n in g.nodes if n.op == "aten"] and len(kernels(fn, x).kernels) == 1
+    assert torch.equal(run_graph(g, {}, [x]), fn(None, x))

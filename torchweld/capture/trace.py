@@ -7,6 +7,7 @@ import re
 import traceback
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -128,6 +129,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     dropped: set[torch.fx.Node] = set()  # a pool's unused indices, and what reads only them
     pools: set[torch.fx.Node] = set()  # fx nodes converted to pools
     aliases: dict[torch.fx.Node, str] = {}  # the squeezes after a 1-d pool: that pool's value
+    scalars: dict[str, object] = {}  # 0-d constants made inside forward (torch.tensor(2)): their numbers
 
     def shape_dtype(n):
         v = val(n)
@@ -176,6 +178,8 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 raise CaptureError(str(e)) from None
             names[n] = node.name
             nodes.append(node)
+            if node.target == "aten.full.default" and not node.shape:
+                scalars[node.name] = node.args[1]
             continue
         if n.op != "call_function":
             raise CaptureError(f"unsupported graph node {n.op} {n.target}")
@@ -210,7 +214,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             if _restride_noop(n, nodes, names):
                 names[n] = names[n.args[0]]
                 continue
-            node = pointwise_node(n, packet, name, shape, dtype, names, origin)
+            node = pointwise_node(_numbers_for_constants(n, names, scalars), packet, name, shape, dtype, names, origin)
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
             if made is not None and len(made) == 1:
                 made = [spatial_reduction_as_pool(made[0], n.args[0])]
@@ -261,6 +265,19 @@ def _view_target(n: torch.fx.Node) -> str:
     except RuntimeError:
         return "aten.reshape.default"
     return target
+
+
+def _numbers_for_constants(n: torch.fx.Node, names: dict, scalars: dict):
+    """`n`, or a stand-in whose 0-d constants are numbers, where another operand has dims (a 0-d
+    tensor then promotes as a number does: `x * torch.tensor(2)` is `x * 2` for a float x)."""
+    args = list(n.args)
+    dims = any(isinstance(a, torch.fx.Node) and isinstance(val(a), torch.Tensor) and val(a).dim() for a in args)
+    swap = [i for i, a in enumerate(args) if isinstance(a, torch.fx.Node) and names.get(a) in scalars]
+    if not dims or not swap:
+        return n
+    for i in swap:
+        args[i] = scalars[names[args[i]]]
+    return SimpleNamespace(args=tuple(args), kwargs=n.kwargs)
 
 
 def _restride_noop(n: torch.fx.Node, nodes: list[Node], names: dict) -> bool:
