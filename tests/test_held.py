@@ -34,3 +34,10 @@ def test_random_and_returned_values_are_not_held():
 def test_a_parameter_alone_is_left_to_the_other_decisions():
     _, held = _held(lambda s, x: x @ (s.w * 2.0).t(), torch.randn(4, 8), w=torch.randn(8, 8))
     assert held == []
+
+
+def test_no_kernel_writes_over_a_held_value():
+    """A held GEMM's result read by one kernel alone would be its buffer to reuse: the next call reads it."""
+    p, held = _held(lambda s, x: torch.relu(torch.eye(8) @ torch.ones(8, 8) * x), torch.randn(8, 8))
+    assert "aten.mm.default" in held
+    assert not set(p.written_over.values()) & set(p.held)

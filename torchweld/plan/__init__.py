@@ -29,7 +29,8 @@ def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check
     p = replace(p, written_into=memory.written_into(p))  # reads gemm_sites
     # written_over reads layouts and written_into
     # NOTE: `_tw_held` makes the held views too: a kernel reads what it returns
-    p = replace(p, written_over=memory.written_over(p),
+    # and no kernel writes over a held value (the next call reads it again)
+    p = replace(p, written_over={o: a for o, a in memory.written_over(p).items() if a not in held},
                 elided_views={v: t for v, t in memory.elided_views(p).items() if v not in held})
     blockers = guard.graph_blockers(graph)
     g = guard.guard(p)
