@@ -8,6 +8,7 @@ from math import prod
 from torchweld.codegen.common import (STORAGE, PointwiseLines, anchored_header, dedupe_loads, in_ptr,
                                       kernel_with_launcher, split_at_anchor)
 from torchweld.ir import Graph, Kernel
+from torchweld.tiling import own_strides
 
 NT = 256
 
@@ -26,7 +27,9 @@ def _kernel(k: Kernel, nodes) -> str:
     a = nodes[k.anchor]
     shape, d = tuple(a.shape), a.attr("dim")
     n = prod(shape)
-    itype = "ull" if n >= 2**31 else "u"
+    strides = {p: own_strides(nodes[p].shape, nodes[p].stride) for p in a.args}  # NOTE: none captured: contiguous
+    reach = max([n] + [sum((e - 1) * st for e, st in zip(nodes[p].shape, strides[p])) + 1 for p in a.args])
+    itype = "ull" if reach >= 2**31 else "u"  # NOTE: a part read through its strides may reach past the result's size
     IT = "unsigned long long" if itype == "ull" else "unsigned int"
     _, epilogue = split_at_anchor(k, nodes)
     body = [f"  const {IT} idx = ({IT})blockIdx.x * {NT}{itype} + threadIdx.x;",
@@ -42,7 +45,7 @@ def _kernel(k: Kernel, nodes) -> str:
         part = nodes[p]
         size = part.shape[d]
         coords = [f"(c{j} - {start}{itype})" if j == d and start else f"c{j}" for j in range(len(shape))]
-        at = " + ".join(f"{c} * {s}{itype}" for c, s, extent in zip(coords, part.stride, part.shape) if extent > 1) \
+        at = " + ".join(f"{c} * {s}{itype}" for c, s, extent in zip(coords, strides[p], part.shape) if extent > 1) \
             or f"0{itype}"
         test = f"if (c{d} < {start + size}{itype}) " if i < len(parts) - 1 else ""
         body.append(f"  {'else ' if i else ''}{test}v = tw_ld({in_ptr(p)}[{at}]);")
