@@ -75,6 +75,7 @@ def test_kind_of_reaches_every_entry():
         kernels(lambda s, x: torch.softmax(x, dim=-1), torch.randn(4, 64)),
         kernels(lambda s, x: x - x.mean(-1, keepdim=True), torch.randn(4, 64)),
         kernels(lambda s, x: torch.cumsum(x, dim=-1), torch.randn(4, 64)),
+        kernels(lambda s, x: torch.cat([x, x * 2.0], dim=1), torch.randn(4, 64)),
         kernels(lambda s, x: F.max_pool2d(x, 2), x),
         kernels(lambda s, x: F.conv2d(x, s.w, padding=1, groups=4), x, w=torch.randn(4, 1, 3, 3)),
     ]

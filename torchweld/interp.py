@@ -11,8 +11,8 @@ from torchweld.emit.runtime import pasted
 
 
 def _resolve(target: str):
-    fn = torch.ops
-    for part in target.split("."):
+    fn = torch.ops if not target.startswith("torch.") else torch  # `torch.tensor`: a constant's literal
+    for part in target.split(".")[target.startswith("torch."):]:
         fn = getattr(fn, part)
     return fn
 

@@ -32,7 +32,7 @@ REDUCTION = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "prod", "argm
                        "var", "std"})
 # Reductions whose value a row epilogue may read (argmax/argmin give indices).
 ROW_OPS = REDUCTION - {"argmax", "argmin"}
-ROWWISE = frozenset({"softmax", "log_softmax", "cumsum"})
+ROWWISE = frozenset({"softmax", "log_softmax", "cumsum", "cumprod"})
 # A reduction's second result (max's values, var_mean's mean): made by its anchor's kernel.
 AUX = "reduce_aux"
 NORM = frozenset({"layer_norm", "group_norm", "instance_norm", "batch_norm"})
@@ -42,7 +42,10 @@ POOL = frozenset({"max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_poo
 # Depthwise convolution (groups == input channels): anchors one kernel of kind "depthwise"
 # (codegen/depthwise.py) with a pointwise epilogue on its output; other convolutions stay in cuDNN.
 CONV = frozenset({"depthwise_conv"})
-ANCHORS = REDUCTION | ROWWISE | NORM | POOL | CONV
+# torch.cat along one dim: anchors one kernel of kind "reduce" (codegen/concat.py) that reads each
+# part where it lies and writes the result, with a pointwise epilogue on it.
+CONCAT = frozenset({"cat"})
+ANCHORS = REDUCTION | ROWWISE | NORM | POOL | CONV | CONCAT
 LEAVES = frozenset({"input", "param"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 # What our own anchor kernels (norms, pools, depthwise convolutions) compute in; fp64 stays in PyTorch.
@@ -192,6 +195,8 @@ class Plan:
     guard: Guard = Guard()
     graph_blockers: tuple[str, ...] = ()  # why forward cannot be replayed as a CUDA graph (plan/guard.py)
     cuda_graph: bool = False  # the fast path is replayed as a CUDA graph (asked for, and nothing blocks it)
+    # values built from constants (and parameters) alone, made once per device and parameter version (plan/held.py)
+    held: tuple[str, ...] = ()
 
     def kernel(self, name: str) -> Kernel | None:
         return next((k for k in self.kernels if k.name == name), None)

@@ -75,8 +75,8 @@ def anchor_nodes(n, packet: str, name: str, names: dict, origin: str) -> list[No
                     Node(f"{name}_mean", "reduce_aux", (Ref(name), ref(x)), shape, dtype, origin=origin, stride=stride,
                          attrs=tuple(sorted({"what": "mean", "item": 1, **dict(v.attrs)}.items())))]
         return made
-    if target == "aten.cumsum.default" and k.get("dtype") is None and a[1] is not None:
-        return make("cumsum", [ref(x)], dims=_dims(a[1], xv.dim()))
+    if target in ("aten.cumsum.default", "aten.cumprod.default") and k.get("dtype") is None and a[1] is not None:
+        return make(packet, [ref(x)], dims=_dims(a[1], xv.dim()))
     if target in ("aten._softmax.default", "aten._log_softmax.default") and not a[2]:
         return make(packet.lstrip("_"), [ref(x)], dims=_dims(a[1], xv.dim()))
     if target == "aten.native_layer_norm.default" and _only_output0_used(n):

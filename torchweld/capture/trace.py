@@ -4,12 +4,17 @@ from __future__ import annotations
 import inspect
 import operator
 import re
+import traceback
 from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call, functionalize
 
+from torchweld.capture.cat import concat_nodes
+from torchweld.capture.constants import ConstantError, constant_node
 from torchweld.capture.conv import depthwise_nodes
 from torchweld.capture.meta import dtype_name, to_ir_arg, val
 from torchweld.capture.norm import anchor_nodes
@@ -39,13 +44,15 @@ def _origin(node: torch.fx.Node, filename: str | None) -> str:
 
 def _decompositions() -> dict:
     """Composite ops traced as their parts, so the parts fuse: glu(x) -> x[:h] * sigmoid(x[h:])
-    (two views of the library op's output, read in place by one kernel)."""
+    (two views of the library op's output, read in place by one kernel); the pointwise losses
+    (Huber, smooth L1, MSE) -> their pointwise chain and its mean or sum, one reduce kernel."""
     from torch._decomp import get_decompositions
 
-    return get_decompositions([torch.ops.aten.glu])
+    aten = torch.ops.aten
+    return get_decompositions([aten.glu, aten.huber_loss, aten.smooth_l1_loss, aten.mse_loss])
 
 
-def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
+def trace_aten(model: torch.nn.Module, inputs: list, filename: str | None = None) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
     """make_fx over a functional call, so parameters and buffers become graph inputs."""
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
@@ -64,9 +71,33 @@ def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModu
         with torch.no_grad():
             gm = make_fx(functionalize(fn), **kwargs)(*state_vals, *inputs)
     except Exception as e:
+        if type(e).__name__ in DATA_DEPENDENT:
+            raise CaptureError(_data_dependent(e, {filename, _source_file(model)})) from None
         first = str(e).splitlines()[0] if str(e) else ""
         raise CaptureError(f"tracing forward failed: {type(e).__name__}: {first}") from e
     return gm, state_names, arg_names
+
+
+# What the fake trace raises where forward needs a tensor's values: to branch (`if x.sum() > 0:`),
+# as a number (`int(x.max())`), or for an output's shape (`x[x > 0]`, `nonzero`).
+DATA_DEPENDENT = frozenset({"GuardOnDataDependentSymNode", "DataDependentOutputException",
+                            "DynamicOutputShapeException"})
+
+
+def _source_file(model) -> str | None:
+    try:
+        return inspect.getsourcefile(type(model))
+    except (TypeError, OSError):
+        return None
+
+
+def _data_dependent(e: Exception, files: set) -> str:
+    """One line naming the statement of the user's forward that needs a tensor's values."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename in files]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} (`{(frames[-1].line or '').strip()}`)" \
+        if frames else ""
+    return (f"forward depends on a tensor's values{where}: control flow or shapes that follow data "
+            f"cannot be traced once and compiled ({type(e).__name__})")
 
 
 def _forward_arg_names(model, n: int) -> list[str]:
@@ -80,7 +111,7 @@ def _forward_arg_names(model, n: int) -> list[str]:
 
 def capture(model: torch.nn.Module, inputs: list, filename: str | None = None) -> Graph:
     """Trace `model(*inputs)` with fake tensors and convert the aten graph to the IR."""
-    gm, state_names, arg_names = trace_aten(model, inputs)
+    gm, state_names, arg_names = trace_aten(model, inputs, filename)
     buffers = frozenset(name for name, _ in model.named_buffers(remove_duplicate=False))
     return from_fx(gm, state_names, arg_names, filename, inputs, buffers)
 
@@ -98,10 +129,16 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
     dropped: set[torch.fx.Node] = set()  # a pool's unused indices, and what reads only them
     pools: set[torch.fx.Node] = set()  # fx nodes converted to pools
     aliases: dict[torch.fx.Node, str] = {}  # the squeezes after a 1-d pool: that pool's value
+    scalars: dict[str, object] = {}  # 0-d constants made inside forward (torch.tensor(2)): their numbers
 
     def shape_dtype(n):
         v = val(n)
         if isinstance(v, torch.Tensor):
+            if not all(isinstance(s, int) or s.node.has_hint() for s in v.shape):
+                line, _, text = _origin(n, filename).removeprefix("line ").partition(": ")
+                where = f" at {Path(filename or '').name}:{line} (`{text}`)" if line else ""
+                raise CaptureError(f"a shape in forward depends on a tensor's values{where}: "
+                                   f"kernels are built for fixed shapes")
             return tuple(int(s) for s in v.shape), dtype_name(v.dtype)
         return (), "tuple" if isinstance(v, (tuple, list)) else type(v).__name__
 
@@ -134,8 +171,18 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 raise CaptureError("forward must return a tensor or a flat tuple of tensors")
             outputs = tuple(names[o] for o in outs)
             continue
+        if n.op == "get_attr":  # a tensor made inside forward from Python data
+            try:
+                node = constant_node(f"v{len(nodes)}", getattr(gm, n.target), _origin(n, filename))
+            except ConstantError as e:
+                raise CaptureError(str(e)) from None
+            names[n] = node.name
+            nodes.append(node)
+            if node.target == "aten.full.default" and not node.shape:
+                scalars[node.name] = node.args[1]
+            continue
         if n.op != "call_function":
-            raise CaptureError(f"unsupported graph node {n.op} {n.target} (constants created inside forward?)")
+            raise CaptureError(f"unsupported graph node {n.op} {n.target}")
         shape, dtype = shape_dtype(n)
         name = f"v{len(nodes)}"
         origin = _origin(n, filename)
@@ -167,12 +214,14 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             if _restride_noop(n, nodes, names):
                 names[n] = names[n.args[0]]
                 continue
-            node = pointwise_node(n, packet, name, shape, dtype, names, origin)
+            node = pointwise_node(_numbers_for_constants(n, names, scalars), packet, name, shape, dtype, names, origin)
             made = None if node is not None else anchor_nodes(n, packet, name, names, origin)
             if made is not None and len(made) == 1:
                 made = [spatial_reduction_as_pool(made[0], n.args[0])]
             if node is None and made is None:
                 made = depthwise_nodes(n, name, names, origin)
+            if node is None and made is None:
+                made = concat_nodes(n, name, names, origin)
             if node is None and made is None:
                 pooled = pool_nodes(n, name, names, origin)
                 if pooled is not None:
@@ -191,11 +240,44 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                     tuples.add(n)
                 continue
             node = node or Node(
-                name, "aten", to_ir_arg(tuple(n.args), names), shape, dtype, target=str(n.target),
+                name, "aten", to_ir_arg(tuple(n.args), names), shape, dtype, target=_view_target(n),
                 attrs=tuple(sorted((k, to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
     return device_neutral(Graph(tuple(nodes), outputs, single))
+
+
+def _view_target(n: torch.fx.Node) -> str:
+    """`n`'s aten target; a view of a copy that capture drops (the clone a reshape traces as) becomes a
+    reshape where the tensor copied has strides no view can take (it then copies, as the clone did)."""
+    target = str(n.target)
+    if target not in ("aten.view.default", "aten._unsafe_view.default"):
+        return target
+    src = n.args[0]
+    while isinstance(src, torch.fx.Node) and src.op == "call_function" and src.args and \
+            getattr(src.target, "__name__", "").split(".")[0] in NOOPS and isinstance(src.args[0], torch.fx.Node):
+        src = src.args[0]
+    v = val(src)
+    if src is n.args[0] or not isinstance(v, torch.Tensor):
+        return target
+    try:
+        torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta").view(list(n.args[1]))
+    except RuntimeError:
+        return "aten.reshape.default"
+    return target
+
+
+def _numbers_for_constants(n: torch.fx.Node, names: dict, scalars: dict):
+    """`n`, or a stand-in whose 0-d constants are numbers, where another operand has dims (a 0-d
+    tensor then promotes as a number does: `x * torch.tensor(2)` is `x * 2` for a float x)."""
+    args = list(n.args)
+    dims = any(isinstance(a, torch.fx.Node) and isinstance(val(a), torch.Tensor) and val(a).dim() for a in args)
+    swap = [i for i, a in enumerate(args) if isinstance(a, torch.fx.Node) and names.get(a) in scalars]
+    if not dims or not swap:
+        return n
+    for i in swap:
+        args[i] = scalars[names[args[i]]]
+    return SimpleNamespace(args=tuple(args), kwargs=n.kwargs)
 
 
 def _restride_noop(n: torch.fx.Node, nodes: list[Node], names: dict) -> bool:

@@ -155,6 +155,8 @@ def _anchor_expr(n: Node, args: list[str]) -> str:
     x, dims, keep = args[0], list(n.attr("dims", ())), n.attr("keepdim")
     if n.op in POOL:
         return _pool_expr(n, x)
+    if n.op == "cat":
+        return f"torch.cat([{', '.join(args)}], {n.attr('dim')!r})"
     if n.op == "reduce_aux":  # args: the anchor, its input
         x = args[1]
         if n.attr("what") == "mean":
@@ -181,8 +183,8 @@ def _anchor_expr(n: Node, args: list[str]) -> str:
         return f"torch.linalg.vector_norm({x}, {py_lit(n.attr('ord'))}, {dims!r}, keepdim={keep!r})"
     if n.op in ("var", "std"):
         return f"torch.{n.op}({x}, {dims!r}, correction={n.attr('correction')!r}, keepdim={keep!r})"
-    if n.op == "cumsum":
-        return f"torch.cumsum({x}, {dims[0]!r})"
+    if n.op in ("cumsum", "cumprod"):
+        return f"torch.{n.op}({x}, {dims[0]!r})"
     if n.op in ("softmax", "log_softmax"):
         return f"torch.{n.op}({x}, {dims[0]})"
     w, b = args[1], args[2]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from torchweld.codegen import batchnorm, depthwise, gemm_kernel, pointwise, pointwise_cl, pool, reduce, reduce_rows, scan
+from torchweld.codegen import batchnorm, concat, depthwise, gemm_kernel, pointwise, pointwise_cl, pool, reduce, reduce_rows, scan
 from torchweld.codegen.common import PLAIN, Launch, cuh, prelude
 from torchweld.codegen.reduce import ReduceCode
 from torchweld.codegen.reduce_rows import RowCode
@@ -47,11 +47,12 @@ KINDS: dict[str, Kind] = {
     "scan": Kind(scan.source, traffic=scan.traffic, preludes=BLOCK_REDUCE + ("block_scan.cuh",)),
     "pool": Kind(pool.source, channels_last=pool.channels_last),
     "depthwise": Kind(depthwise.source),
+    "concat": Kind(concat.source, traffic=concat.traffic),
     # NOTE: built from its plan/gemm_ours site (module_source's `gemm`), its main loops once per file
     "gemm": Kind(_gemm_source, traffic=lambda k, graph: "operands read once per output tile, one store"),
 }
 # Reduce kernels whose anchor has a kind of its own; the rest are "rows" or "reduce".
-ANCHOR_KINDS = {"batch_norm": "batch_norm", "cumsum": "scan"}
+ANCHOR_KINDS = {"batch_norm": "batch_norm", "cumsum": "scan", "cumprod": "scan", "cat": "concat"}
 
 
 def kind_of(k: Kernel, nodes) -> str:

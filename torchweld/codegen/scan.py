@@ -1,9 +1,9 @@
-"""CUDA source for cumsum (an inclusive scan) with its prologue and epilogue.
+"""CUDA source for cumsum and cumprod (inclusive scans) with their prologue and epilogue.
 
 Over the last dim (I == 1) TY threads share a row, several rows a block when rows are short; the
 row goes by in tiles of TY * E elements: each thread sums its E consecutive elements, a block scan
 of those sums gives each thread its offset, and a running carry joins the tiles. Over another dim
-(I > 1) each thread scans one column, coalesced across the inner dim. Sums are fp32.
+(I > 1) each thread scans one column, coalesced across the inner dim. Sums and products are fp32.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ E = 4  # consecutive elements a thread scans in each tile
 
 
 def source(k: Kernel, graph: Graph) -> str:
-    """One cumsum kernel and its `extern "C"` launcher (its block scan is in cuh/block_scan.cuh)."""
+    """One cumsum or cumprod kernel and its `extern "C"` launcher (its block scan is in cuh/block_scan.cuh)."""
     nodes = graph.by_name()
     return anchored_header(k, nodes) + _kernel(k, nodes)
 
@@ -36,6 +36,8 @@ def _kernel(k: Kernel, nodes) -> str:
     pw = PointwiseLines(k, nodes, itype)
     x = a.args[0]
     x_extra = (x,) if x in pw.inputs else ()
+    product = a.op == "cumprod"
+    one, op = ("1.0f", "*") if product else ("0.0f", "+")
     reload = bool({r for m in epilogue for r in nodes[m].inputs()} & set(prologue))  # the epilogue reads prologue values
 
     def write(value: str) -> list[str]:
@@ -48,10 +50,10 @@ def _kernel(k: Kernel, nodes) -> str:
         B = [f"  const {IT} g = ({IT})blockIdx.x * {nt}{itype} + threadIdx.x;",
              f"  if (g >= {O * I}{itype}) return;",
              f"  const {IT} base = (g / {I}{itype}) * {R * I}{itype} + g % {I}{itype};",
-             "  float carry = 0.0f;",
+             f"  float carry = {one};",
              f"  for (unsigned r = 0; r < {R}u; ++r) {{",
              f"    const {IT} idx = base + ({IT})r * {I}{itype};"]
-        body = pw.lines(prologue, k.shape, "idx", x_extra) + [f"carry += {x};", f"const float {a.name} = carry;"]
+        body = pw.lines(prologue, k.shape, "idx", x_extra) + [f"carry {op}= {x};", f"const float {a.name} = carry;"]
         body += pw.lines(epilogue, k.shape, "idx")
         body += [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs]
         B += ["    " + b for b in dedupe_loads(body)] + ["  }"]
@@ -64,18 +66,19 @@ def _kernel(k: Kernel, nodes) -> str:
          f"  const {IT} o = ({IT})blockIdx.x * {tx}{itype} + t / {ty}u;",
          f"  const bool live = o < {O}{itype};",
          f"  const {IT} base = o * {R}{itype};",
-         "  float carry = 0.0f;",
+         f"  float carry = {one};",
          f"  for (unsigned r0 = ty * {E}u; r0 < {-(-R // tile) * tile}u; r0 += {tile}u) {{",
-         f"    float run = 0.0f, v[{E}];",
+         f"    float run = {one}, v[{E}];",
          "#pragma unroll",
          f"    for (int e = 0; e < {E}; ++e) {{",
          f"      const unsigned r = r0 + e; const {IT} idx = base + r;",
          f"      if (live && r < {R}u) {{"]
-    B += ["        " + b for b in pw.lines(prologue, k.shape, "idx", x_extra)] + [f"        run += {x};", "      }",
+    B += ["        " + b for b in pw.lines(prologue, k.shape, "idx", x_extra)] + [f"        run {op}= {x};", "      }",
                                                                              "      v[e] = run;", "    }"]
-    B += ["    float total;", f"    const float before = tw_block_scan<{nt}, {ty}>(run, total);",
+    scan = f"tw_block_scan<{nt}, {ty}, true>" if product else f"tw_block_scan<{nt}, {ty}>"
+    B += ["    float total;", f"    const float before = {scan}(run, total);",
           "#pragma unroll", f"    for (int e = 0; e < {E}; ++e) {{",
           f"      const unsigned r = r0 + e; const {IT} idx = base + r;",
           f"      if (live && r < {R}u) {{"]
-    B += ["        " + b for b in write("carry + before + v[e]")] + ["      }", "    }", "    carry += total;", "  }"]
+    B += ["        " + b for b in write(f"carry {op} before {op} v[e]")] + ["      }", "    }", f"    carry {op}= total;", "  }"]
     return kernel_with_launcher(k, nodes, B, nt, -(-O // tx))

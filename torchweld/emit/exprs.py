@@ -50,6 +50,7 @@ PYTHON_API = {
     "aten.baddbmm.default": ("torch.baddbmm", 3), "aten.mean.dim": ("torch.mean", 3),
     "aten.repeat.default": (".repeat", 2), "aten.copy_.default": (".copy_", 2),
     "aten.split.Tensor": ("torch.split", 3),
+    "torch.tensor": ("torch.tensor", 1),  # a constant made inside forward (capture/constants.py)
 }
 
 

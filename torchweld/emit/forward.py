@@ -9,6 +9,7 @@ from torchweld.emit.gemm_ways import gemm_way_args
 from torchweld.emit.gemm_wrapper import gemm_call
 from torchweld.ir import LIBRARY, Node, Plan, Ref, flat_args, format_node
 from torchweld.options import Options, Precision
+from torchweld.plan.held import held_outputs
 from torchweld.plan.memory import COPY
 from torchweld.simplify.conv_fold import FOLD, describe_stages, fold_call
 
@@ -66,7 +67,13 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             f"            return self._tw_general({arg_names})"]
     if any(isinstance(a, torch.device) for n in graph.nodes for a in flat_args(n.args + tuple(v for _, v in n.attrs))):
         body.append(f"        _dev = {tensors[0].target}.device" if tensors else "        _dev = torch.device('cuda')")
+    held, held_body = set(plan.held), []
     for step in plan.steps:
+        if step in held:  # NOTE: made once, by `_tw_held`, where forward first needs one of them
+            if not held_body:
+                body.append(_held_call(plan, nodes))
+            held_body += _node_lines(nodes[step], plan, nodes, users, in_gemm_ways) or [""]
+            continue
         k = plan.kernel(step)
         if k is not None and k.name in timed:
             site = timed[k.name]
@@ -100,7 +107,44 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
         body[start:] = [f"        return _tw_graphed(self, ({ins}), ({st}), self._tw_fast)", "",
                         f"    def _tw_fast(self, {fast_args}):",
                         '        """The fast path, captured once as a CUDA graph by `_tw_graphed`."""', *fast]
+    if held_body:
+        body += _held_method(plan, nodes, [line for line in held_body if line])
     return body
+
+
+def _held_params(plan: Plan, nodes: dict) -> list[str]:
+    """The parameters and buffers the held values are made from."""
+    return list(dict.fromkeys(a for h in plan.held for a in nodes[h].inputs() if nodes[a].op == "param"))
+
+
+def _held_call(plan: Plan, nodes: dict) -> str:
+    outs = held_outputs(plan.graph, plan.held)
+    args = ", ".join(["_dev"] + _held_params(plan, nodes))
+    return f"        {', '.join(outs)}{',' if len(outs) == 1 else ''} = self._tw_held({args})"
+
+
+def _held_method(plan: Plan, nodes: dict, lines: list[str]) -> list[str]:
+    """`_tw_held`: the values forward builds from constants and parameters alone, made once per device
+    and version of those parameters; made on every call where autograd would need their history."""
+    params = _held_params(plan, nodes)
+    ps = "(" + ", ".join(params) + ("," if len(params) == 1 else "") + ")"
+    made = held_outputs(plan.graph, plan.held)
+    outs = ", ".join(made) + ("," if len(made) == 1 else "")
+    return ["", f"    def _tw_held(self, {', '.join(['_dev'] + params)}):",
+            '        """Values forward builds from constants and parameters alone: made once per device and '
+            'parameter version."""',
+            "        try:",
+            f"            key = (_dev, *[(id(t), t._version, t.data_ptr()) for t in {ps}])",
+            "        except RuntimeError:  # NOTE: inference tensors keep no version: made on every call",
+            "            key = None",
+            f"        if torch.is_grad_enabled() and any(t.requires_grad for t in {ps}):",
+            "            key = None  # NOTE: autograd needs their history: made on every call",
+            "        held = self.__dict__.get('_tw_held_values')",
+            "        if key is None or held is None or held[0] != key:",
+            "            with torch.set_grad_enabled(key is None and torch.is_grad_enabled()):",
+            *["        " + line for line in lines],
+            f"            held = self.__dict__['_tw_held_values'] = (key, ({outs}), {ps})",
+            "        return held[1]"]
 
 
 def _node_lines(n: Node, plan: Plan, nodes: dict, users: dict, in_gemm_ways: set) -> list[str]:

@@ -21,7 +21,7 @@ def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
     nodes = graph.by_name()
     lib = [nodes[s] for s in plan.steps if s in nodes and nodes[s].op == "aten"]
     library = [n for n in lib if n.target in LIBRARY]
-    other = [n for n in lib if n.target not in LIBRARY and n.target not in METADATA_ONLY]
+    other = [n for n in lib if n.target not in LIBRARY and n.target not in METADATA_ONLY and n.name not in plan.held]
     lines = [f"torchweld: ModelNew for {problem_name}.", "", *_kernel_lines(plan)]
     if library:
         lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")
@@ -40,6 +40,9 @@ def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
         lines.append("Packed weights (`_tw_pack`: cuBLAS runs the GEMM's NN form, faster than the TN form of a linear's")
         lines.append("W.t(); the copy is made once per version of the weight and costs its memory once more):")
         lines += [f"  {t} = {nodes[p].target}.t(), laid out (in, out)" for t, p in plan.packed_weights.items()]
+    if plan.held:
+        lines.append("Made once per device and parameter version (`_tw_held`), from constants and parameters alone:")
+        lines.append(f"  {', '.join(plan.held)}")
     if other:
         lines.append("Still in PyTorch (not fused by this version; views, which move no data, not listed):")
         lines += [f"  {n.name} = {n.target}" for n in other]

@@ -7,6 +7,7 @@ from torchweld.ir import Graph, Plan
 from torchweld.options import Options
 from torchweld.plan import conv_layout, conv_sites, gemm_ours, gemm_pack, gemm_sites, guard, memory
 from torchweld.plan.describe import describe
+from torchweld.plan.held import held_values, masked
 from torchweld.plan.partition import NEVER_FUSED, can_fuse, partition
 from torchweld.tiling import device_sms
 
@@ -17,7 +18,8 @@ def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check
     """The graph as kernels and library calls, with every decision on how they run recorded, each
     made once, in the order the later ones need the earlier. `gemm_check`: codegen's word on whether
     our GEMM builds a site (the pipeline hands it in; plan/ does not import codegen)."""
-    p = partition(graph, options.sms or device_sms())
+    held = held_values(graph)
+    p = replace(partition(masked(graph, held), options.sms or device_sms()), graph=graph, held=held)
     ours = gemm_ours.gemm_ours(p, options.tf32, gemm_check) if options.gemm else {}
     if ours:  # NOTE: before the other decisions, which then see our GEMM kernels in place of those they fold
         p = replace(gemm_ours.apply(p, ours), gemm_ours=ours)
@@ -26,9 +28,16 @@ def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check
                 gemm_sites=_library_sites(p), packed_weights=_packed(p))
     p = replace(p, written_into=memory.written_into(p))  # reads gemm_sites
     # written_over reads layouts and written_into
-    p = replace(p, written_over=memory.written_over(p), elided_views=memory.elided_views(p))
+    # NOTE: `_tw_held` makes the held views too: a kernel reads what it returns
+    # and no kernel writes over a held value (the next call reads it again)
+    p = replace(p, written_over={o: a for o, a in memory.written_over(p).items() if a not in held},
+                elided_views={v: t for v, t in memory.elided_views(p).items() if v not in held})
     blockers = guard.graph_blockers(graph)
     g = guard.guard(p)
+    if held:  # NOTE: a held value has its parameters' dtype and device: forward checks them as the kernels'
+        nodes = graph.by_name()
+        made_from = [a for h in held for a in nodes[h].inputs() if nodes[a].op == "param"]
+        g = replace(g, params=tuple(dict.fromkeys(g.params + tuple(made_from))))
     if ours:
         g = replace(g, params=gemm_ours.params_read(p, g.params))
     return replace(p, guard=g, graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)

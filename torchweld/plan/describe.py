@@ -72,6 +72,8 @@ def decisions(plan: Plan) -> str:
         ("Written into a parameter or buffer", "the kernel writes it there itself", copy_into, "none"),
         ("Views never made", "the kernels read the tensor itself",
          [f"{v} = a view of {param(src)}" for v, src in plan.elided_views.items()], "none"),
+        ("Made once", "`_tw_held` makes what forward builds from constants and parameters alone once per device "
+         "and parameter version", [f"{h} = {nodes[h].target or nodes[h].op}" for h in plan.held], "none"),
         ("Guard", "besides the inputs' shapes, dtypes and devices; a failing check runs the original forward",
          guard, "the inputs alone"),
     ]

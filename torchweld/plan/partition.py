@@ -10,7 +10,7 @@ A depthwise convolution becomes a kernel of kind "depthwise" with an epilogue on
 """
 from __future__ import annotations
 
-from torchweld.ir import (AUX, COMPARISONS, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Kernel, Node, Plan, Ref,
+from torchweld.ir import (AUX, COMPARISONS, CONCAT, CONV, FLOAT_DTYPES, POOL, REDUCTION, Graph, Kernel, Node, Plan, Ref,
                           ancestors_in, broadcasts_to, reduce_geometry)
 from torchweld.plan.rows import is_row_kernel, members_ok, row_anchor
 from torchweld.tiling import SMS
@@ -129,7 +129,7 @@ def _attach(g: _Groups, anchor: Node) -> None:
     that holds another reduction of the same rows (rows.py): one kernel then reduces and writes.
     """
     nodes, users = g.nodes, g.users
-    full = anchor.op in ("softmax", "log_softmax", "cumsum", "layer_norm", "group_norm", "instance_norm", "batch_norm")
+    full = anchor.op in ("softmax", "log_softmax", "cumsum", "cumprod", "layer_norm", "group_norm", "instance_norm", "batch_norm")
     rows = row_anchor(anchor, nodes)
     aux = [u for u in users[anchor.name] if u != "<output>" and nodes[u].op == AUX]
     for u in aux:  # a second result (max's values, var_mean's mean) comes from the same kernel
@@ -143,8 +143,8 @@ def _attach(g: _Groups, anchor: Node) -> None:
             g.merge(anchor.name, u)
         elif rows and _rows_ok(g, group | g.members(g.find(anchor.name))):
             g.merge(anchor.name, u)
-    if anchor.op in CONV:
-        return  # NOTE: the convolution reads its input tile as stored: no prologue
+    if anchor.op in CONV or anchor.op in CONCAT:
+        return  # NOTE: the convolution reads its input tile as stored, a concatenation its parts: no prologue
     x = anchor.args[0]
     if not isinstance(x, Ref) or x not in nodes or not fusible(nodes[x]) or g.find(x) == g.find(anchor.name):
         return
@@ -193,6 +193,8 @@ def _kernel(name: str, members: list[str], graph: Graph, g: _Groups) -> Kernel |
         return _pool_kernel(name, members, anchors[0], g)
     if anchors and nodes[anchors[0]].op in CONV:
         return _depthwise_kernel(name, members, anchors[0], g)
+    if anchors and nodes[anchors[0]].op in CONCAT:
+        return _concat_kernel(name, members, anchors[0], g)
     if anchors:
         return _reduce_kernel(name, members, anchors[0], graph, g)
     shape = max((nodes[m].shape for m in members), key=lambda s: (_numel(s), len(s)))
@@ -261,6 +263,17 @@ def _depthwise_kernel(name: str, members: list[str], anchor: str, g: _Groups) ->
     if tiling(geometry(a, nodes)) is None:
         return None
     return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(a.shape), "depthwise", anchor)
+
+
+def _concat_kernel(name: str, members: list[str], anchor: str, g: _Groups) -> Kernel | None:
+    """A concatenation and its epilogue, at the result's shape (of kind "reduce", as a scan is: one
+    anchor, codegen's concat kind)."""
+    nodes = g.nodes
+    a = nodes[anchor]
+    inputs, outputs = _boundary(members, nodes, g.users)
+    if any(nodes[o].shape != a.shape for o in outputs) or _numel(a.shape) == 0:
+        return None
+    return Kernel(name, tuple(members), tuple(inputs), outputs, tuple(a.shape), "reduce", anchor)
 
 
 def _numel(shape) -> int:

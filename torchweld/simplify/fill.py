@@ -36,7 +36,9 @@ def _numbers_for_fills(n: Node, ctx):
         # NOTE: a comparison computes in its operands' dtype, not in its result's (bool)
         others = [ctx.node(b) for j, b in enumerate(args) if j != i and isinstance(b, Ref)]
         want = n.dtype if n.op not in COMPARISONS else (others[0].dtype if others and others[0] else None)
-        if m.dtype == want and (n.op != "where" or i > 0):  # NOTE: where's condition stays a tensor
+        # NOTE: a 0-d fill beside a tensor of more dims takes part in type promotion as a number does
+        number_like = not m.shape and want in FLOAT_DTYPES and any(o is not None and o.shape for o in others)
+        if (m.dtype == want or number_like) and (n.op != "where" or i > 0):  # NOTE: where's condition stays a tensor
             args[i], changed = value, True
     return replace(n, args=tuple(args)) if changed else None
 

@@ -1,0 +1,43 @@
+"""Which values plan/held.py makes once: built from constants (and parameters) alone, never random,
+never written into, never returned."""
+from __future__ import annotations
+
+import torch
+
+from helpers import kernels
+
+
+def _held(fn, *inputs, **params):
+    p = kernels(fn, *inputs, **params)
+    nodes = p.graph.by_name()
+    return p, [nodes[h].target or nodes[h].op for h in p.held]
+
+
+def test_a_mask_from_ones_is_held_and_no_kernel_takes_it_in():
+    p, held = _held(lambda s, x: torch.softmax(x.masked_fill(torch.ones(8, 8).triu(1).bool(), -1e9), -1),
+                    torch.randn(2, 8, 8))
+    assert held == ["aten.ones.default", "aten.triu.default", "cast"]
+    assert len(p.kernels) == 1 and not set(p.held) & set(p.kernels[0].nodes)
+
+
+def test_random_and_returned_values_are_not_held():
+    _, held = _held(lambda s, x: x + torch.rand(8), torch.randn(2, 8))
+    assert held == []
+    def returned(s, x):
+        m = torch.ones(8, 8).triu(1)
+        return x * m, m.t()
+
+    _, held = _held(returned, torch.randn(2, 8, 8))
+    assert held == ["aten.ones.default"]  # NOTE: the caller may write into what forward returns (a view of triu)
+
+
+def test_a_parameter_alone_is_left_to_the_other_decisions():
+    _, held = _held(lambda s, x: x @ (s.w * 2.0).t(), torch.randn(4, 8), w=torch.randn(8, 8))
+    assert held == []
+
+
+def test_no_kernel_writes_over_a_held_value():
+    """A held GEMM's result read by one kernel alone would be its buffer to reuse: the next call reads it."""
+    p, held = _held(lambda s, x: torch.relu(torch.eye(8) @ torch.ones(8, 8) * x), torch.randn(8, 8))
+    assert "aten.mm.default" in held
+    assert not set(p.written_over.values()) & set(p.held)
