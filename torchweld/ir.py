@@ -25,6 +25,8 @@ CONVOLUTION = "aten.convolution.default"
 LIBRARY = frozenset({
     CONVOLUTION, "aten.mm.default", "aten.mv.default", "aten.bmm.default", "aten.addmm.default",
     "aten.baddbmm.default", "aten.addbmm.default", "aten.matmul.default",
+    # recurrences (capture/recurrent.py): cuDNN's LSTM, GRU and RNN
+    "aten.lstm.input", "aten.gru.input", "aten.rnn_tanh.input", "aten.rnn_relu.input",
 })
 # Row reductions, softmax and norms: each anchors one kernel of kind "reduce" (codegen/reduce.py)
 # that may also hold a pointwise prologue (recomputed per read) and epilogue (on its result).

@@ -15,6 +15,7 @@ from torchweld.capture.meta import dtype_name, to_ir_arg, val
 from torchweld.capture.norm import anchor_nodes
 from torchweld.capture.pointwise_ops import pointwise_node
 from torchweld.capture.pooling import pool_nodes, spatial_reduction_as_pool
+from torchweld.capture.recurrent import as_library, one_op_recurrences
 from torchweld.ir import Graph, Node, Ref
 
 
@@ -61,7 +62,7 @@ def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModu
     if "record_stack_traces" in inspect.signature(make_fx).parameters:
         kwargs["record_stack_traces"] = True
     try:
-        with torch.no_grad():
+        with torch.no_grad(), one_op_recurrences():
             gm = make_fx(functionalize(fn), **kwargs)(*state_vals, *inputs)
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else ""
@@ -195,7 +196,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 attrs=tuple(sorted((k, to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
-    return device_neutral(Graph(tuple(nodes), outputs, single))
+    return device_neutral(as_library(Graph(tuple(nodes), outputs, single)))
 
 
 def _restride_noop(n: torch.fx.Node, nodes: list[Node], names: dict) -> bool:

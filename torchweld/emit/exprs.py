@@ -50,6 +50,8 @@ PYTHON_API = {
     "aten.baddbmm.default": ("torch.baddbmm", 3), "aten.mean.dim": ("torch.mean", 3),
     "aten.repeat.default": (".repeat", 2), "aten.copy_.default": (".copy_", 2),
     "aten.split.Tensor": ("torch.split", 3),
+    "aten.lstm.input": ("torch.lstm", 9), "aten.gru.input": ("torch.gru", 9),
+    "aten.rnn_tanh.input": ("torch.rnn_tanh", 9), "aten.rnn_relu.input": ("torch.rnn_relu", 9),
 }
 
 

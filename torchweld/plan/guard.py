@@ -1,6 +1,7 @@
 """What forward checks before it runs the kernels, and whether its fast path may be a CUDA graph."""
 from __future__ import annotations
 
+from torchweld.capture.recurrent import modes as recurrent_modes
 from torchweld.ir import VIEWS, Graph, Guard, Plan, Ref
 from torchweld.simplify.conv_fold import fold_source
 
@@ -14,7 +15,8 @@ def guard(plan: Plan) -> Guard:
     # (a constructor given another kernel_size) takes the general path.
     weights = {fold_source(w, nodes) or w for w in (nodes[k.anchor].args[1] for k in plan.kernels
                                                     if k.kind == "depthwise")}
-    return Guard(params, tuple(p for p in params if p in weights), norm_modes(plan.graph))
+    modes = norm_modes(plan.graph) + recurrent_modes(plan.graph)
+    return Guard(params, tuple(p for p in params if p in weights), modes)
 
 
 def kernel_params(plan: Plan) -> tuple[str, ...]:
