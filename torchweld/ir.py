@@ -125,7 +125,13 @@ class Graph:
     log: tuple[str, ...] = field(default=(), compare=False)  # rewrites applied, for explain
 
     def by_name(self) -> dict[str, Node]:
-        return {n.name: n for n in self.nodes}
+        """{name: node}, a fresh dict each call (callers may add to it); NOTE: built once per graph and
+        copied, since codegen asks for it once per kernel (a long unrolled loop has thousands)."""
+        table = self.__dict__.get("_by_name")
+        if table is None:
+            table = {n.name: n for n in self.nodes}
+            object.__setattr__(self, "_by_name", table)
+        return dict(table)
 
     def users(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {n.name: [] for n in self.nodes}

@@ -39,8 +39,9 @@ def _conv_to(handed_on: str | None) -> str:
 
 
 def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = Options(),
-            same_init: bool = False) -> list[str]:
-    """The lines of ModelNew.forward (and of `_tw_fast`, where the fast path is a CUDA graph)."""
+            same_init: bool = False, repeats: dict[str, str] | None = None) -> list[str]:
+    """The lines of ModelNew.forward (and of `_tw_fast`, where the fast path is a CUDA graph).
+    `repeats`: {kernel: the kernel whose code it runs} (emit/repeats.py)."""
     graph = plan.graph
     nodes, users = graph.by_name(), graph.users()
     elided = plan.elided_views
@@ -82,7 +83,7 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
             args = ", ".join([operand(a) for a in k.inputs] + [operand(into[o][1]) for o in k.outputs if o in into])
             ops = "; ".join(format_node(nodes[m]).split("  #")[0] for m in k.nodes)
-            body.append(f"        {outs} = _{k.name}({args})  # {ops}")
+            body.append(f"        {outs} = _{(repeats or {}).get(k.name, k.name)}({args})  # {ops}")
             continue
         body += _node_lines(nodes[step], plan, nodes, users, in_gemm_ways)
     outs = [expr(Ref(o), nodes) for o in graph.outputs]
