@@ -123,6 +123,9 @@ class Graph:
     outputs: tuple[str, ...]
     single_output: bool = True
     log: tuple[str, ...] = field(default=(), compare=False)  # rewrites applied, for explain
+    # state forward assigns anew (`self.hidden = ...`: capture/state.py): the last len(writes) outputs are
+    # their new values, which forward writes back; the outputs it returns come first
+    writes: tuple[str, ...] = ()
 
     def by_name(self) -> dict[str, Node]:
         """{name: node}, a fresh dict each call (callers may add to it); NOTE: built once per graph and
@@ -202,7 +205,13 @@ class Plan:
     cuda_graph: bool = False  # the fast path is replayed as a CUDA graph (asked for, and nothing blocks it)
 
     def kernel(self, name: str) -> Kernel | None:
-        return next((k for k in self.kernels if k.name == name), None)
+        table = self.__dict__.get("_kernel_table")  # NOTE: built once per plan: asked once per step
+        if table is None:
+            table = {}
+            for k in self.kernels:
+                table.setdefault(k.name, k)
+            object.__setattr__(self, "_kernel_table", table)
+        return table.get(name)
 
     @property
     def timed_gemm_sites(self) -> dict:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.func import functional_call, functionalize
+from torch.func import functionalize
 
 from torchweld.capture.conv import depthwise_nodes
 from torchweld.capture.meta import dtype_name, to_ir_arg, val
@@ -16,6 +16,8 @@ from torchweld.capture.norm import anchor_nodes
 from torchweld.capture.pointwise_ops import pointwise_node
 from torchweld.capture.pooling import pool_nodes, spatial_reduction_as_pool
 from torchweld.capture.recurrent import as_library, one_op_recurrences
+from torchweld.capture.state import PLAIN, WRITES, plain_tensors, traced_call, with_writes
+from torchweld.capture.state import state as module_state
 from torchweld.ir import Graph, Node, Ref
 
 
@@ -48,15 +50,10 @@ def _decompositions() -> dict:
 
 def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
     """make_fx over a functional call, so parameters and buffers become graph inputs."""
-    params = dict(model.named_parameters(remove_duplicate=False))
-    buffers = dict(model.named_buffers(remove_duplicate=False))
-    state_names = list(params) + list(buffers)
-    state_vals = list(params.values()) + list(buffers.values())
+    state_names, state_vals = module_state(model)  # parameters, buffers, plain tensor attributes
     arg_names = _forward_arg_names(model, len(inputs))
-
-    def fn(*args):
-        state = dict(zip(state_names, args[: len(state_names)]))
-        return functional_call(model, state, tuple(args[len(state_names):]))
+    writes: list = []
+    fn = traced_call(model, state_names, writes)  # NOTE: returns the state forward assigns, after its outputs
 
     kwargs = {"tracing_mode": "fake", "decomposition_table": _decompositions()}
     if "record_stack_traces" in inspect.signature(make_fx).parameters:
@@ -67,6 +64,7 @@ def trace_aten(model: torch.nn.Module, inputs: list) -> tuple[torch.fx.GraphModu
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else ""
         raise CaptureError(f"tracing forward failed: {type(e).__name__}: {first}") from e
+    gm.meta.update({WRITES: tuple(writes), PLAIN: tuple(plain_tensors(model))})
     return gm, state_names, arg_names
 
 
@@ -83,7 +81,7 @@ def capture(model: torch.nn.Module, inputs: list, filename: str | None = None) -
     """Trace `model(*inputs)` with fake tensors and convert the aten graph to the IR."""
     gm, state_names, arg_names = trace_aten(model, inputs)
     buffers = frozenset(name for name, _ in model.named_buffers(remove_duplicate=False))
-    return from_fx(gm, state_names, arg_names, filename, inputs, buffers)
+    return with_writes(from_fx(gm, state_names, arg_names, filename, inputs, buffers), gm)
 
 
 def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inputs=None,

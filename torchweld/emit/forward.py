@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from torchweld.codegen import torch_expr
-from torchweld.emit.exprs import aten_line, expr, module_path, state_path
+from torchweld.emit.exprs import aten_line, expr, module_path, state_attr, state_path
 from torchweld.emit.gemm_ways import gemm_way_args
 from torchweld.emit.gemm_wrapper import gemm_call
 from torchweld.ir import LIBRARY, Node, Plan, Ref, flat_args, format_node
@@ -87,6 +87,9 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             continue
         body += _node_lines(nodes[step], plan, nodes, users, in_gemm_ways)
     outs = [expr(Ref(o), nodes) for o in graph.outputs]
+    if graph.writes:  # state forward assigns anew, as the original does (capture/state.py)
+        body += [f"        {state_attr(t)} = {v}" for t, v in zip(graph.writes, outs[-len(graph.writes):])]
+        outs = outs[:-len(graph.writes)]
     body.append(f"        return {outs[0] if graph.single_output else '(' + ', '.join(outs) + ',)'}")
     start = body.index(f"            return self._tw_general({arg_names})") + 1
     if options.precision is Precision.TF32:  # the fast path runs with TF32 allowed, and puts the flags back after
