@@ -73,7 +73,8 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             site = timed[k.name]
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
             args = ", ".join(gemm_way_args(site, k, plan))
-            body.append(f"        {outs} = _tw_lt(self, {k.name!r}, _lt_{k.name}, {site.ways!r}, {args})"
+            code = (repeats or {}).get(k.name, k.name)  # NOTE: a repeat shares its first's timing too
+            body.append(f"        {outs} = _tw_lt(self, {code!r}, _lt_{code}, {site.ways!r}, {args})"
                         f"  # library and {k.name}: the fastest of {', '.join(site.ways)}")
             continue
         if k is not None and k.kind == "gemm":

@@ -57,7 +57,8 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
         if needed:
             out += ["", pasted(name), ""]
     out += [wrapper(k, plan) + "\n\n" for k in kernels]
-    out += [gemm_ways_function(site, plan.kernel(name), plan) + "\n\n" for name, site in timed.items()]
+    out += [gemm_ways_function(site, plan.kernel(name), plan) + "\n\n" for name, site in timed.items()
+            if name not in same]
     out.append("class ModelNew(nn.Module):")
     doc = ast.get_docstring(model)
     if doc:

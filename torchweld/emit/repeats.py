@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from torchweld.codegen import KINDS, kind_of
+from torchweld.emit.gemm_ways import gemm_ways_function
 from torchweld.emit.wrappers import wrapper
 from torchweld.ir import Plan
 
@@ -21,7 +22,8 @@ MIN_REPEATS = 3
 # v3_1, with their in_/out_/a_/r_/w_ prefixes); a name is never preceded by a letter or digit.
 _NAMES = re.compile(r"(?<![A-Za-z0-9])(?:k|v|p|x)\d+(?:_(?:lib|\d+))*(?![A-Za-z0-9])")
 _COMMENT = re.compile(r"^\s*(//|#).*$|  (//|#) .*$|\"\"\".*?\"\"\"", re.M)
-# Kernels whose Python side is more than their wrapper (timed GEMM sites, our GEMM): never shared.
+# Our GEMM's Python side is more than a wrapper: never shared. A kernel timed against the library at its
+# GEMM site (`_lt_<kernel>`) shares that function and its timing too.
 _SHARED_KINDS = frozenset({"pointwise", "reduce", "rows", "scan", "pool", "depthwise", "batch_norm"})
 
 
@@ -38,10 +40,11 @@ def repeats(plan: Plan) -> dict[str, str]:
     first: dict[str, list[str]] = {}
     for k in plan.kernels:
         kind = kind_of(k, nodes)
-        if kind not in _SHARED_KINDS or k.name in timed:
+        if kind not in _SHARED_KINDS:
             continue
         strides = plan.layouts.of(k) if plan.layouts is not None else {}
         source = KINDS[kind].source(k, plan.graph) + (KINDS[kind].channels_last(k, plan.graph, strides)
                                                        if strides else "")
-        first.setdefault(canonical(source + "\n" + wrapper(k, plan)), []).append(k.name)
+        ways = gemm_ways_function(timed[k.name], k, plan) if k.name in timed else ""
+        first.setdefault(canonical("\n".join((source, wrapper(k, plan), ways))), []).append(k.name)
     return {k: same[0] for same in first.values() if len(same) >= MIN_REPEATS for k in same[1:]}
