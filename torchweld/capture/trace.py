@@ -18,7 +18,7 @@ from torchweld.capture.pooling import pool_nodes, spatial_reduction_as_pool
 from torchweld.capture.recurrent import as_library, one_op_recurrences
 from torchweld.capture.state import PLAIN, WRITES, plain_tensors, traced_call, with_writes
 from torchweld.capture.state import state as module_state
-from torchweld.ir import Graph, Node, Ref
+from torchweld.ir import VIEWS, Graph, Node, Ref
 
 
 class CaptureError(Exception):
@@ -156,7 +156,8 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             node = Node(name, "getitem", (Ref(names[n.args[0]]), n.args[1]), shape, dtype, origin=origin)
         else:
             packet = n.target.__name__.split(".")[0] if hasattr(n.target, "__name__") else str(n.target)
-            if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and shape_dtype(n.args[0]) == (shape, dtype):
+            if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and shape_dtype(n.args[0]) == (shape, dtype) \
+                    and not _relayout(n):
                 names[n] = names[n.args[0]]
                 continue
             if packet in ("view", "_unsafe_view", "reshape") and isinstance(n.args[0], torch.fx.Node) \
@@ -195,6 +196,15 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
     return device_neutral(as_library(Graph(tuple(nodes), outputs, single)))
+
+
+def _relayout(n: torch.fx.Node) -> bool:
+    """A clone that makes a view contiguous which a view after it needs (a batch-first LSTM's output,
+    a transpose, read through `.view`): a no-op on values, not on layout, so it stays."""
+    src, out = val(n.args[0]), val(n)
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor) or src.is_contiguous():
+        return False
+    return out.is_contiguous() and any(str(u.target) in VIEWS for u in n.users)
 
 
 def _restride_noop(n: torch.fx.Node, nodes: list[Node], names: dict) -> bool:
