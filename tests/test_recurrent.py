@@ -138,3 +138,41 @@ def test_packed_sequences_stay_as_traced():
     except CaptureError:
         return
     assert not any(is_recurrence(n) for n in g.nodes)
+
+
+class CellLoop(nn.Module):
+    """nn.LSTMCell / GRUCell / RNNCell over time steps, the state carried by hand."""
+
+    def __init__(self, cell: nn.Module):
+        super().__init__()
+        self.cell = cell
+
+    def forward(self, x, h):
+        lstm = isinstance(self.cell, nn.LSTMCell)
+        state = (h, h * 0.5) if lstm else h
+        for t in range(x.shape[0]):
+            state = self.cell(x[t], state)
+        return state[0] + state[1] if lstm else state
+
+
+CELLS = [
+    ("lstm_cell", lambda: nn.LSTMCell(12, 16)),
+    ("gru_cell", lambda: nn.GRUCell(12, 16)),
+    ("rnn_tanh_cell", lambda: nn.RNNCell(12, 16)),
+    ("rnn_relu_cell_nobias", lambda: nn.RNNCell(12, 16, bias=False, nonlinearity="relu")),
+]
+
+
+@pytest.mark.parametrize("case", CELLS, ids=[c[0] for c in CELLS])
+def test_cells_trace_functionally_one_kernel_per_step(case):
+    """Their CPU forms update gates in place (left to PyTorch, one op each); traced as their math, each
+    step's gates are one kernel, and the IR is the module's output."""
+    torch.manual_seed(0)
+    model = CellLoop(case[1]())
+    inputs = [torch.randn(6, 3, 12), torch.randn(3, 16)]
+    g = simplify(capture(model, inputs))
+    assert not [n for n in g.nodes if n.op == "aten" and n.target.split(".")[1].endswith("_")]
+    p = plan(g)
+    assert 6 <= len(p.kernels) <= 7  # one per step (an LSTM's last sum may join the last step or not)
+    torch.testing.assert_close(run_graph(g, dict(model.named_parameters()), inputs), model(*inputs),
+                               rtol=1e-5, atol=1e-5)

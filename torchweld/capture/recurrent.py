@@ -13,6 +13,7 @@ import functools
 from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from torchweld.ir import Graph, Node
@@ -65,12 +66,46 @@ class _OneOp(TorchFunctionMode):
         self.by_fn = {getattr(torch._VF, m): ops[m] for m in MODES}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        cell = CELLS.get(getattr(func, "__name__", None))
+        if cell is not None and func is getattr(torch._VF, func.__name__) and not kwargs:
+            return cell(*args)  # NOTE: the mode is off while it runs: these calls trace as themselves
         op = self.by_fn.get(func)
         # NOTE: the packed-sequence overload (data, batch_sizes, hx, params, ...) has a tensor second
         # (lstm) or its params third (gru/rnn); it stays as traced
         if op is not None and not kwargs and len(args) == 9 and _input_overload(func, args):
             return op(*args)
         return func(*args, **(kwargs or {}))
+
+
+def _lstm_cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """ATen's lstm_cell, in ops that trace functionally (its CPU form updates its gates in place); the
+    two projections chunked before they are added (the same sums), so the adds join the gate kernel."""
+    xi, xf, xg, xo = F.linear(x, w_ih, b_ih).chunk(4, 1)
+    hi, hf, hg, ho = F.linear(hx[0], w_hh, b_hh).chunk(4, 1)
+    i, f, g, o = xi + hi, xf + hf, xg + hg, xo + ho
+    c = torch.sigmoid(f) * hx[1] + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _gru_cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """ATen's gru_cell, in the same order of operations."""
+    ir, iz, i_n = F.linear(x, w_ih, b_ih).chunk(3, 1)
+    hr, hz, h_n = F.linear(hx, w_hh, b_hh).chunk(3, 1)
+    reset, update = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
+    new = torch.tanh(i_n + reset * h_n)
+    return (hx - new) * update + new
+
+
+def _rnn_cell(act):
+    def cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+        return act(F.linear(x, w_ih, b_ih) + F.linear(hx, w_hh, b_hh))
+    return cell
+
+
+# nn.LSTMCell / GRUCell / RNNCell's calls (torch._VF.<name>(input, hx, w_ih, w_hh, b_ih, b_hh)): traced
+# as these, each step's gate math then fuses into one kernel
+CELLS = {"lstm_cell": _lstm_cell, "gru_cell": _gru_cell, "rnn_tanh_cell": _rnn_cell(torch.tanh),
+         "rnn_relu_cell": _rnn_cell(torch.relu)}
 
 
 def _input_overload(func, args) -> bool:
