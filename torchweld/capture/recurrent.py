@@ -5,6 +5,9 @@ The trace runs on the CPU, where ATen decomposes these ops into CPU-only ones (`
 into one small op per time step. While tracing, `one_op_recurrences()` routes the module's call
 (`torch._VF.lstm(input, hx, params, ...)`) to a custom op of the same schema that the trace records
 whole; `as_library(graph)` renames it to the aten op, which the emitted forward calls as `torch.lstm`.
+
+The cells (nn.LSTMCell, GRUCell, RNNCell) are traced as their gate math in functional ops, so a loop
+of them fuses each step into one kernel (ATen's CPU forms update their gates in place).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ ATEN = {f"torchweld.{m}.default": f"aten.{m}.input" for m in MODES}
 _ARGS = ("bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first")
 
 
-def _define() -> dict:
+def _define() -> tuple:
     """The trace-only custom ops, one per mode, each with the aten op's schema and a fake kernel."""
     # NOTE: they never run for real: the trace records them, and as_library renames them
     lib = torch.library.Library("torchweld", "FRAGMENT")

@@ -25,8 +25,11 @@ def held_state(graph: Graph) -> tuple[str, ...]:
     """The state forward reads that is a plain tensor attribute or that it assigns anew (capture/state.py):
     nothing keeps its device, dtype or shape (a hand-written RNN's hidden state, moved by the
     original forward on its first call)."""
-    return tuple(n.name for n in graph.nodes if n.op == "param" and (n.attr("plain") or n.target in graph.writes)
-                 and n.name in {r for m in graph.nodes for r in m.inputs()} | set(graph.outputs))
+    held = [n.name for n in graph.nodes if n.op == "param" and (n.attr("plain") or n.target in graph.writes)]
+    if not held:
+        return ()
+    read = {r for m in graph.nodes for r in m.inputs()} | set(graph.outputs)
+    return tuple(p for p in held if p in read)
 
 
 def kernel_params(plan: Plan) -> tuple[str, ...]:
