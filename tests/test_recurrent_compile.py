@@ -126,3 +126,28 @@ def test_two_layer_gru_over_16_steps_has_no_per_step_kernels():
     g = capture(model, [torch.randn(16, 4, 32)])
     assert sum(is_recurrence(n) for n in g.nodes) == 1
     assert not [n for n in g.nodes if n.is_pointwise]
+
+
+def test_canonical_text_renames_names_not_code():
+    from torchweld.emit.repeats import canonical
+
+    a = "// k3: fuses\n__global__ void k3_v4(const float* in_v12, float* out_v14) { out_v14[i] = in_v12[i] + 1.0f; }"
+    b = "// k9: other comment\n__global__ void k9_v4(const float* in_v40, float* out_v41) { out_v41[i] = in_v40[i] + 1.0f; }"
+    c = b.replace("1.0f", "2.0f")
+    swapped = "__global__ void k9_v4(const float* in_v40, float* out_v41) { out_v41[i] = in_v41[i] + 1.0f; }"
+    assert canonical(a) == canonical(b)
+    assert canonical(a) != canonical(c) and canonical(a) != canonical(swapped)
+    assert "0x1f" in canonical("x = 0x1f; p0 = exp2(v1);") and "exp2" in canonical("p0 = exp2(v1);")
+
+
+def test_a_kernel_written_twice_keeps_both_copies(tmp_path):
+    """Only a loop's steps share code (MIN_REPEATS): a block written twice by hand prints as it always did."""
+    from torchweld.emit.repeats import MIN_REPEATS
+
+    body = "\n".join(["        h = torch.tanh(self.lin(h)) * 0.5"] * (MIN_REPEATS - 1))
+    source = GRU_STACK.replace("self.gru = nn.GRU(64, 128, num_layers=6, batch_first=True)",
+                               "self.lin = nn.Linear(64, 64)")
+    source = source.replace("        return torch.tanh(self.gru(x)[0]) * 2.0", f"        h = x\n{body}\n        return h")
+    result, _ = _compile(tmp_path, "twice", source)
+    assert len(result.plan.kernels) == MIN_REPEATS - 1
+    assert len(re.findall(r"__global__", result.source)) == 2 * (MIN_REPEATS - 1)
