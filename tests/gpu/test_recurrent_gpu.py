@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from torchweld.judge.first import first_check
+from torchweld.judge.guards import fp32_mode
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_module, load_problem
 
@@ -39,7 +41,7 @@ def test_matches_eager_on_the_fast_path(problem_path, tmp_path):
 
     new._tw_general = general  # NOTE: the guard must pass for the problem's own inputs
     x = [t.cuda() for t in problem.inputs()]
-    with torch.no_grad():
+    with fp32_mode(False), torch.no_grad():
         torch.testing.assert_close(new(*x), ref(*x), rtol=1e-4, atol=1e-4)
 
 
@@ -76,7 +78,7 @@ def test_hidden_state_attribute_carried_over_calls(tmp_path):
     problem = load_problem(src)
     path, ref, new = _new_and_ref(problem, tmp_path)
     new.hidden = ref.hidden.clone()  # NOTE: a plain attribute: neither in the state dict nor moved by .cuda()
-    with torch.no_grad():
+    with fp32_mode(False), torch.no_grad():
         for step in range(4):  # the first call moves the state (the original forward), the rest run the kernels
             x = torch.randn(16, 32, device="cuda")
             torch.testing.assert_close(new(x), ref(x), rtol=1e-4, atol=1e-4)
