@@ -28,9 +28,10 @@ _SHARED_KINDS = frozenset({"pointwise", "reduce", "rows", "scan", "pool", "depth
 
 
 def canonical(text: str) -> str:
-    """`text` without comments, its names renamed n0, n1, ... in order of first appearance."""
+    """`text` without comments, its names renamed @0@, @1@, ... in order of first appearance (a
+    spelling no source holds, so a renamed name never meets a name of the source's own)."""
     seen: dict[str, str] = {}
-    return _NAMES.sub(lambda m: seen.setdefault(m.group(0), f"n{len(seen)}"), _COMMENT.sub("", text))
+    return _NAMES.sub(lambda m: seen.setdefault(m.group(0), f"@{len(seen)}@"), _COMMENT.sub("", text))
 
 
 def repeats(plan: Plan) -> dict[str, str]:
