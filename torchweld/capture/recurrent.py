@@ -23,21 +23,23 @@ from torchweld.ir import Graph, Node
 
 # Recurrences by mode: the schema's hidden-state argument (lstm: a list [h0, c0]; else one tensor).
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
-ATEN = {f"torchweld.{m}.default": f"aten.{m}.input" for m in MODES}
+# NOTE: a namespace of their own: another part of torchweld may define ops under "torchweld"
+NAMESPACE = "torchweld_recurrent"
+ATEN = {f"{NAMESPACE}.{m}.default": f"aten.{m}.input" for m in MODES}
 _ARGS = ("bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first")
 
 
 def _define() -> tuple:
     """The trace-only custom ops, one per mode, each with the aten op's schema and a fake kernel."""
     # NOTE: they never run for real: the trace records them, and as_library renames them
-    lib = torch.library.Library("torchweld", "FRAGMENT")
+    lib = torch.library.Library(NAMESPACE, "FRAGMENT")
     ops = {}
     for mode in MODES:
         hx = "Tensor[] hx" if mode == "lstm" else "Tensor hx"
         outs = "(Tensor, Tensor, Tensor)" if mode == "lstm" else "(Tensor, Tensor)"
         lib.define(f"{mode}(Tensor input, {hx}, Tensor[] params, {_ARGS}) -> {outs}")
-        torch.library.register_fake(f"torchweld::{mode}", _fake, lib=lib)
-        ops[mode] = getattr(torch.ops.torchweld, mode).default
+        torch.library.register_fake(f"{NAMESPACE}::{mode}", _fake, lib=lib)
+        ops[mode] = getattr(getattr(torch.ops, NAMESPACE), mode).default
     return lib, ops
 
 
