@@ -15,7 +15,7 @@ PROBLEMS = Path(__file__).resolve().parent.parent / "problems"
 FILES = sorted(p for p in PROBLEMS.rglob("*.py") if p.name != "__init__.py")
 
 CATEGORIES = ("seeds", "conv", "conv_transpose", "matmul", "elementwise", "broadcast", "lowp", "reduce", "norm",
-              "pool", "models")
+              "pool", "models", "recurrent")
 MIN_PER_CATEGORY = 4
 MIN_PROBLEMS = 36
 SEED_FILES = (

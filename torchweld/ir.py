@@ -25,6 +25,8 @@ CONVOLUTION = "aten.convolution.default"
 LIBRARY = frozenset({
     CONVOLUTION, "aten.mm.default", "aten.mv.default", "aten.bmm.default", "aten.addmm.default",
     "aten.baddbmm.default", "aten.addbmm.default", "aten.matmul.default",
+    # recurrences (capture/recurrent.py): cuDNN's LSTM, GRU and RNN
+    "aten.lstm.input", "aten.gru.input", "aten.rnn_tanh.input", "aten.rnn_relu.input",
 })
 # Row reductions, softmax and norms: each anchors one kernel of kind "reduce" (codegen/reduce.py)
 # that may also hold a pointwise prologue (recomputed per read) and epilogue (on its result).
@@ -124,9 +126,18 @@ class Graph:
     outputs: tuple[str, ...]
     single_output: bool = True
     log: tuple[str, ...] = field(default=(), compare=False)  # rewrites applied, for explain
+    # state forward assigns anew (`self.hidden = ...`: capture/state.py): the last len(writes) outputs are
+    # their new values, which forward writes back; the outputs it returns come first
+    writes: tuple[str, ...] = ()
 
     def by_name(self) -> dict[str, Node]:
-        return {n.name: n for n in self.nodes}
+        """{name: node}, a fresh dict each call (callers may add to it); NOTE: built once per graph and
+        copied, since codegen asks for it once per kernel (a long unrolled loop has thousands)."""
+        table = self.__dict__.get("_by_name")
+        if table is None:
+            table = {n.name: n for n in self.nodes}
+            object.__setattr__(self, "_by_name", table)
+        return dict(table)
 
     def users(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {n.name: [] for n in self.nodes}
@@ -199,7 +210,13 @@ class Plan:
     held: tuple[str, ...] = ()
 
     def kernel(self, name: str) -> Kernel | None:
-        return next((k for k in self.kernels if k.name == name), None)
+        table = self.__dict__.get("_kernel_table")  # NOTE: built once per plan: asked once per step
+        if table is None:
+            table = {}
+            for k in self.kernels:
+                table.setdefault(k.name, k)
+            object.__setattr__(self, "_kernel_table", table)
+        return table.get(name)
 
     @property
     def timed_gemm_sites(self) -> dict:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.func import functional_call, functionalize
+from torch.func import functionalize
 
 from torchweld.capture.cat import concat_nodes
 from torchweld.capture.constants import ConstantError, constant_node
@@ -20,7 +20,10 @@ from torchweld.capture.meta import dtype_name, to_ir_arg, val
 from torchweld.capture.norm import anchor_nodes
 from torchweld.capture.pointwise_ops import pointwise_node
 from torchweld.capture.pooling import pool_nodes, spatial_reduction_as_pool
-from torchweld.ir import Graph, Node, Ref
+from torchweld.capture.recurrent import as_library, one_op_recurrences
+from torchweld.capture.state import PLAIN, WRITES, plain_tensors, traced_call, with_writes
+from torchweld.capture.state import state as module_state
+from torchweld.ir import VIEWS, Graph, Node, Ref
 
 
 class CaptureError(Exception):
@@ -54,27 +57,23 @@ def _decompositions() -> dict:
 
 def trace_aten(model: torch.nn.Module, inputs: list, filename: str | None = None) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
     """make_fx over a functional call, so parameters and buffers become graph inputs."""
-    params = dict(model.named_parameters(remove_duplicate=False))
-    buffers = dict(model.named_buffers(remove_duplicate=False))
-    state_names = list(params) + list(buffers)
-    state_vals = list(params.values()) + list(buffers.values())
+    state_names, state_vals = module_state(model)  # parameters, buffers, plain tensor attributes
     arg_names = _forward_arg_names(model, len(inputs))
-
-    def fn(*args):
-        state = dict(zip(state_names, args[: len(state_names)]))
-        return functional_call(model, state, tuple(args[len(state_names):]))
+    writes: list = []
+    fn = traced_call(model, state_names, writes)  # NOTE: returns the state forward assigns, after its outputs
 
     kwargs = {"tracing_mode": "fake", "decomposition_table": _decompositions()}
     if "record_stack_traces" in inspect.signature(make_fx).parameters:
         kwargs["record_stack_traces"] = True
     try:
-        with torch.no_grad():
+        with torch.no_grad(), one_op_recurrences():
             gm = make_fx(functionalize(fn), **kwargs)(*state_vals, *inputs)
     except Exception as e:
         if type(e).__name__ in DATA_DEPENDENT:
             raise CaptureError(_data_dependent(e, {filename, _source_file(model)})) from None
         first = str(e).splitlines()[0] if str(e) else ""
         raise CaptureError(f"tracing forward failed: {type(e).__name__}: {first}") from e
+    gm.meta.update({WRITES: tuple(writes), PLAIN: tuple(plain_tensors(model))})
     return gm, state_names, arg_names
 
 
@@ -113,7 +112,7 @@ def capture(model: torch.nn.Module, inputs: list, filename: str | None = None) -
     """Trace `model(*inputs)` with fake tensors and convert the aten graph to the IR."""
     gm, state_names, arg_names = trace_aten(model, inputs, filename)
     buffers = frozenset(name for name, _ in model.named_buffers(remove_duplicate=False))
-    return from_fx(gm, state_names, arg_names, filename, inputs, buffers)
+    return with_writes(from_fx(gm, state_names, arg_names, filename, inputs, buffers), gm)
 
 
 def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inputs=None,
@@ -204,7 +203,8 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             node = Node(name, "getitem", (Ref(names[n.args[0]]), n.args[1]), shape, dtype, origin=origin)
         else:
             packet = n.target.__name__.split(".")[0] if hasattr(n.target, "__name__") else str(n.target)
-            if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and shape_dtype(n.args[0]) == (shape, dtype):
+            if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and shape_dtype(n.args[0]) == (shape, dtype) \
+                    and not _relayout(n):
                 names[n] = names[n.args[0]]
                 continue
             if packet in ("view", "_unsafe_view", "reshape") and isinstance(n.args[0], torch.fx.Node) \
@@ -244,7 +244,16 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
                 attrs=tuple(sorted((k, to_ir_arg(v, names)) for k, v in n.kwargs.items())), origin=origin)
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
-    return device_neutral(Graph(tuple(nodes), outputs, single))
+    return device_neutral(as_library(Graph(tuple(nodes), outputs, single)))
+
+
+def _relayout(n: torch.fx.Node) -> bool:
+    """A clone that makes a view contiguous which a view after it needs (a batch-first LSTM's output,
+    a transpose, read through `.view`): a no-op on values, not on layout, so it stays."""
+    src, out = val(n.args[0]), val(n)
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor) or src.is_contiguous():
+        return False
+    return out.is_contiguous() and any(str(u.target) in VIEWS for u in n.users)
 
 
 def _view_target(n: torch.fx.Node) -> str:

@@ -51,6 +51,8 @@ PYTHON_API = {
     "aten.repeat.default": (".repeat", 2), "aten.copy_.default": (".copy_", 2),
     "aten.split.Tensor": ("torch.split", 3),
     "torch.tensor": ("torch.tensor", 1),  # a constant made inside forward (capture/constants.py)
+    "aten.lstm.input": ("torch.lstm", 9), "aten.gru.input": ("torch.gru", 9),
+    "aten.rnn_tanh.input": ("torch.rnn_tanh", 9), "aten.rnn_relu.input": ("torch.rnn_relu", 9),
 }
 
 
@@ -81,5 +83,13 @@ def module_path(dotted: str) -> str:
 def state_path(n: Node) -> str:
     """The expression that fetches parameter or buffer `n` from the module, fast."""
     owner, _, leaf = n.target.rpartition(".")
+    if n.attr("plain"):  # a tensor held as a plain attribute (capture/state.py)
+        return f"{module_path(owner)}.{leaf}"
     table = "_buffers" if n.attr("buffer") else "_parameters"
     return f"{module_path(owner)}.{table}[{leaf!r}]"
+
+
+def state_attr(dotted: str) -> str:
+    """The attribute an assignment to module state "a.b.hidden" sets: `self._modules['a']._modules['b'].hidden`."""
+    owner, _, leaf = dotted.rpartition(".")
+    return f"{module_path(owner)}.{leaf}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from torchweld.codegen import torch_expr
-from torchweld.emit.exprs import aten_line, expr, module_path, state_path
+from torchweld.emit.exprs import aten_line, expr, module_path, state_attr, state_path
 from torchweld.emit.gemm_ways import gemm_way_args
 from torchweld.emit.gemm_wrapper import gemm_call
 from torchweld.ir import LIBRARY, Node, Plan, Ref, flat_args, format_node
@@ -40,8 +40,9 @@ def _conv_to(handed_on: str | None) -> str:
 
 
 def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = Options(),
-            same_init: bool = False) -> list[str]:
-    """The lines of ModelNew.forward (and of `_tw_fast`, where the fast path is a CUDA graph)."""
+            same_init: bool = False, repeats: dict[str, str] | None = None) -> list[str]:
+    """The lines of ModelNew.forward (and of `_tw_fast`, where the fast path is a CUDA graph).
+    `repeats`: {kernel: the kernel whose code it runs} (emit/repeats.py)."""
     graph = plan.graph
     nodes, users = graph.by_name(), graph.users()
     elided = plan.elided_views
@@ -79,7 +80,8 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             site = timed[k.name]
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
             args = ", ".join(gemm_way_args(site, k, plan))
-            body.append(f"        {outs} = _tw_lt(self, {k.name!r}, _lt_{k.name}, {site.ways!r}, {args})"
+            code = (repeats or {}).get(k.name, k.name)  # NOTE: a repeat shares its first's timing too
+            body.append(f"        {outs} = _tw_lt(self, {code!r}, _lt_{code}, {site.ways!r}, {args})"
                         f"  # library and {k.name}: the fastest of {', '.join(site.ways)}")
             continue
         if k is not None and k.kind == "gemm":
@@ -89,10 +91,13 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")
             args = ", ".join([operand(a) for a in k.inputs] + [operand(into[o][1]) for o in k.outputs if o in into])
             ops = "; ".join(format_node(nodes[m]).split("  #")[0] for m in k.nodes)
-            body.append(f"        {outs} = _{k.name}({args})  # {ops}")
+            body.append(f"        {outs} = _{(repeats or {}).get(k.name, k.name)}({args})  # {ops}")
             continue
         body += _node_lines(nodes[step], plan, nodes, users, in_gemm_ways)
     outs = [expr(Ref(o), nodes) for o in graph.outputs]
+    if graph.writes:  # state forward assigns anew, as the original does (capture/state.py)
+        body += [f"        {state_attr(t)} = {v}" for t, v in zip(graph.writes, outs[-len(graph.writes):])]
+        outs = outs[:-len(graph.writes)]
     body.append(f"        return {outs[0] if graph.single_output else '(' + ', '.join(outs) + ',)'}")
     start = body.index(f"            return self._tw_general({arg_names})") + 1
     if options.precision is Precision.TF32:  # the fast path runs with TF32 allowed, and puts the flags back after

@@ -15,14 +15,14 @@ METADATA_ONLY = frozenset(VIEWS) | {"aten.t.default", "aten.transpose.int", "ate
                                     "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim"}
 
 
-def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
+def header(plan: Plan, problem_name: str, options: Options = Options(), repeats: dict[str, str] | None = None) -> str:
     """The file's docstring for `plan`, compiled with `options`."""
     graph = plan.graph
     nodes = graph.by_name()
     lib = [nodes[s] for s in plan.steps if s in nodes and nodes[s].op == "aten"]
     library = [n for n in lib if n.target in LIBRARY]
     other = [n for n in lib if n.target not in LIBRARY and n.target not in METADATA_ONLY and n.name not in plan.held]
-    lines = [f"torchweld: ModelNew for {problem_name}.", "", *_kernel_lines(plan)]
+    lines = [f"torchweld: ModelNew for {problem_name}.", "", *_kernel_lines(plan, repeats or {})]
     if library:
         lines.append("In libraries (cuDNN/cuBLAS through ATen: their main loops beat a hand-written one):")
         lines += [f"  {n.name} = {n.target}" for n in library]
@@ -70,8 +70,9 @@ def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
     return '"""' + "\n".join(lines) + '\n"""'
 
 
-def _kernel_lines(plan: Plan) -> list[str]:
-    """How many ops were fused into how many kernels, then one line per kernel."""
+def _kernel_lines(plan: Plan, repeats: dict[str, str]) -> list[str]:
+    """How many ops were fused into how many kernels, then one line per kernel (a kernel repeating
+    another's code: one line for them all)."""
     graph = plan.graph
     nodes = graph.by_name()
     fused = sum(len(k.nodes) - (k.kind == "gemm") * sum(nodes[m].op == "aten" for m in k.nodes) for k in plan.kernels)
@@ -85,6 +86,8 @@ def _kernel_lines(plan: Plan) -> list[str]:
         f"{fused} pointwise ops")
     lines = [f"Fused: {what} into {len(plan.kernels)} CUDA kernel(s):"]
     for k in plan.kernels:
+        if k.name in repeats:
+            continue
         ops = ", ".join(nodes[m].op for m in k.nodes)
         if k.kind == "reduce":
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, "
@@ -102,4 +105,8 @@ def _kernel_lines(plan: Plan) -> list[str]:
                          "depthwise convolution; each input tile read once, the epilogue applied before the store)")
         else:
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
+        again = [r for r, first in repeats.items() if first == k.name]
+        if again:
+            shown = ", ".join(again[:3]) + (", ..., " + again[-1] if len(again) > 3 else "")
+            lines.append(f"  {shown}: {k.name}'s code again, over their own tensors ({len(again) + 1} launches of one kernel)")
     return lines

@@ -9,6 +9,7 @@ from torchweld.emit.gemm_ways import gemm_ways_function
 from torchweld.emit.gemm_wrapper import gemm_build, site_of
 from torchweld.codegen.gemm_kernel import built
 from torchweld.emit.header import header
+from torchweld.emit.repeats import repeats
 from torchweld.emit.runtime import pasted
 from torchweld.emit.source import EmitError, init_check, init_method, method_source, methods, source_parts
 from torchweld.emit.wrappers import wrapper
@@ -33,12 +34,14 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     if fwd.args.vararg or fwd.args.kwarg:  # the guard names each input: *args would leave them unbound
         raise EmitError("forward takes *args or **kwargs: not supported")
     graph = plan.graph
-    cuda = module_source(list(plan.kernels), graph, plan.layouts, plan.gemm_ours)
-    out = [header(plan, problem_name, options), "import ctypes", "import hashlib", "import inspect", "", *IMPORTS]
+    same = repeats(plan)  # NOTE: a kernel repeating another's code is printed once, and called for each
+    kernels = [k for k in plan.kernels if k.name not in same]
+    cuda = module_source(kernels, graph, plan.layouts, plan.gemm_ours)
+    out = [header(plan, problem_name, options, same), "import ctypes", "import hashlib", "import inspect", "", *IMPORTS]
     out += [s for s in keep if s.strip() and s.strip() not in out]
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, graph).workspace > 0)
-              for k in plan.kernels}
-    n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in plan.kernels if plan.layouts.of(k)})
+              for k in kernels}
+    n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in kernels if plan.layouts.of(k)})
     ours = [k for k in plan.kernels if k.kind == "gemm"]
     n_ptrs.update({k.name: len(built(site_of(k, plan), graph).args) for k in ours})
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", ""]
@@ -53,8 +56,9 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     for name, needed in runtime:
         if needed:
             out += ["", pasted(name), ""]
-    out += [wrapper(k, plan) + "\n\n" for k in plan.kernels]
-    out += [gemm_ways_function(site, plan.kernel(name), plan) + "\n\n" for name, site in timed.items()]
+    out += [wrapper(k, plan) + "\n\n" for k in kernels]
+    out += [gemm_ways_function(site, plan.kernel(name), plan) + "\n\n" for name, site in timed.items()
+            if name not in same]
     out.append("class ModelNew(nn.Module):")
     doc = ast.get_docstring(model)
     if doc:
@@ -66,7 +70,7 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
         elif name != "forward":
             out.append(method_source(lines, f) + "\n")
     inputs = [n for n in graph.nodes if n.op == "input"]
-    out += forward(plan, inputs, ast.unparse(fwd.args), options, bool(same_init))
+    out += forward(plan, inputs, ast.unparse(fwd.args), options, bool(same_init), same)
     out.append("")
     out.append("    # The original forward, for inputs the kernels were not built for.")
     out.append(method_source(lines, fwd, "_tw_general"))

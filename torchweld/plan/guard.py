@@ -1,6 +1,7 @@
 """What forward checks before it runs the kernels, and whether its fast path may be a CUDA graph."""
 from __future__ import annotations
 
+from torchweld.capture.recurrent import modes as recurrent_modes
 from torchweld.ir import VIEWS, Graph, Guard, Plan, Ref
 from torchweld.simplify.conv_fold import fold_source
 
@@ -14,7 +15,21 @@ def guard(plan: Plan) -> Guard:
     # (a constructor given another kernel_size) takes the general path.
     weights = {fold_source(w, nodes) or w for w in (nodes[k.anchor].args[1] for k in plan.kernels
                                                     if k.kind == "depthwise")}
-    return Guard(params, tuple(p for p in params if p in weights), norm_modes(plan.graph))
+    modes = norm_modes(plan.graph) + recurrent_modes(plan.graph)
+    held = held_state(plan.graph)  # NOTE: not moved by .cuda() or replaced by forward: checked whole
+    params += tuple(p for p in held if p not in params)
+    return Guard(params, tuple(p for p in params if p in weights or p in held), modes)
+
+
+def held_state(graph: Graph) -> tuple[str, ...]:
+    """The state forward reads that is a plain tensor attribute or that it assigns anew (capture/state.py):
+    nothing keeps its device, dtype or shape (a hand-written RNN's hidden state, moved by the
+    original forward on its first call)."""
+    held = [n.name for n in graph.nodes if n.op == "param" and (n.attr("plain") or n.target in graph.writes)]
+    if not held:
+        return ()
+    read = {r for m in graph.nodes for r in m.inputs()} | set(graph.outputs)
+    return tuple(p for p in held if p in read)
 
 
 def kernel_params(plan: Plan) -> tuple[str, ...]:
@@ -55,6 +70,8 @@ def norm_modes(graph: Graph) -> tuple[tuple[str, bool], ...]:
 def graph_blockers(graph: Graph) -> tuple[str, ...]:
     """Why the forward cannot be replayed as a CUDA graph (empty: it can)."""
     why = []
+    if graph.writes:
+        why.append("it assigns module state anew (" + ", ".join(graph.writes) + ")")
     if any(n.op == "aten" and n.target.split(".")[1].endswith("_") for n in graph.nodes):
         why.append("it updates buffers in place (a replayed warm-up would update them again)")
     if any(n.op == "batch_norm" for n in graph.nodes):

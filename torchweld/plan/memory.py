@@ -22,13 +22,15 @@ def written_over(plan: Plan) -> dict[str, str]:
     than those written into a parameter or buffer (`plan.written_into`)."""
     made = frozenset(o for k in plan.kernels for o in k.outputs)
     found = {}
+    seen = (plan.graph.by_name(), plan.graph.users())  # NOTE: once, not per kernel (a long loop makes many)
     for k in plan.kernels:
         if not plan.layouts.of(k):
-            found.update((o, a) for o, a in overwrites(k, plan.graph, made).items() if o not in plan.written_into)
+            found.update((o, a) for o, a in overwrites(k, plan.graph, made, seen).items()
+                         if o not in plan.written_into)
     return found
 
 
-def overwrites(k: Kernel, graph, made: frozenset = frozenset()) -> dict[str, str]:
+def overwrites(k: Kernel, graph, made: frozenset = frozenset(), seen: tuple | None = None) -> dict[str, str]:
     """{output: operand} for outputs a pointwise kernel may write over an operand: one read at the
     output's own index (same shape, contiguous), of the same dtype, that forward made itself (a
     library call's result or a kernel's output, through views that nothing else reads), read by this
@@ -37,10 +39,10 @@ def overwrites(k: Kernel, graph, made: frozenset = frozenset()) -> dict[str, str
 
     NOTE: never for a kernel with a channels-last build (`plan.layouts`): that build reads tiles through
     shared memory, and a thread may write an element another thread has yet to read. `made`: the
-    other kernels' outputs."""
+    other kernels' outputs; `seen`: the graph's (by_name(), users()), where the caller has them."""
     if k.kind != "pointwise":
         return {}
-    nodes, users = graph.by_name(), graph.users()
+    nodes, users = seen or (graph.by_name(), graph.users())
     found: dict[str, str] = {}
     for a in k.inputs:
         n = nodes[a]

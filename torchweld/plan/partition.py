@@ -36,6 +36,8 @@ class _Groups:
         self.nodes = graph.by_name()
         self.users = graph.users()
         self.parent = {n.name: n.name for n in graph.nodes}
+        self.groups = {n.name: {n.name} for n in graph.nodes}  # root -> its members
+        self.at = {n.name: i for i, n in enumerate(graph.nodes)}  # topological position
 
     def find(self, a: str) -> str:
         while self.parent[a] != a:
@@ -44,7 +46,7 @@ class _Groups:
         return a
 
     def members(self, root: str) -> set[str]:
-        return {n for n in self.parent if self.find(n) == root}
+        return set(self.groups[root])
 
     def merge(self, a: str, b: str) -> bool:
         ra, rb = self.find(a), self.find(b)
@@ -54,15 +56,19 @@ class _Groups:
         if self._leaves_and_returns(group):
             return False
         self.parent[rb] = ra
+        self.groups[ra] |= self.groups.pop(rb)
         return True
 
     def _leaves_and_returns(self, group: set[str]) -> bool:
         """True if a path leaves the group and comes back (the merged kernel would wait on itself)."""
+        # NOTE: such a path runs between two members in topological order: nodes after the last
+        # member cannot lead back, so the search stops there (it stays local to a loop's step)
+        last = max(self.at[m] for m in group)
         frontier = [u for m in group for u in self.users[m] if u not in group and u != "<output>"]
         seen = set()
         while frontier:
             n = frontier.pop()
-            if n in seen:
+            if n in seen or self.at[n] > last:
                 continue
             seen.add(n)
             for u in self.users[n]:
@@ -87,13 +93,15 @@ def partition(graph: Graph, sms: int = SMS) -> Plan:
         if n.is_anchor:
             _attach(g, n)
     kernels, unit_of = [], {}
-    roots = []
+    roots: dict[str, None] = {}
+    in_group: dict[str, list[str]] = {}
     for n in graph.nodes:
         r = g.find(n.name)
-        if (fusible(n) or n.is_anchor) and r not in roots:
-            roots.append(r)
+        in_group.setdefault(r, []).append(n.name)
+        if fusible(n) or n.is_anchor:
+            roots.setdefault(r)
     for r in roots:
-        members = [n.name for n in graph.nodes if g.find(n.name) == r]
+        members = in_group[r]
         k = _kernel(f"k{len(kernels)}", members, graph, g)
         if k is None:
             continue
