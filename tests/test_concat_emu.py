@@ -1,5 +1,6 @@
 """torch.cat as a kernel of its own with its epilogue, run on the CPU emulator against eager: every dim,
-three parts, a part read through its strides (a transpose), and a concatenation of a concatenation."""
+three parts, a part read through its strides (a transpose), a concatenation of a concatenation, and
+torch.stack (a cat of its parts reshaped)."""
 from __future__ import annotations
 
 import pytest
@@ -18,7 +19,8 @@ class Model(nn.Module):
     def forward(self, x, y):
         a = torch.cat([x, y * 2.0], dim=1)
         return (torch.relu(a - 0.5), torch.cat([a, x], dim=1) + 1.0, torch.cat([x, y, x], dim=0),
-                torch.cat([x, y.transpose(2, 3)], dim=-1).sigmoid(), torch.cat([x[:, :2], y], dim=1))
+                torch.cat([x, y.transpose(2, 3)], dim=-1).sigmoid(), torch.cat([x[:, :2], y], dim=1),
+                torch.stack([x.exp(), y.transpose(2, 3)], dim=2) * 3.0)
 
 
 def get_inputs():
@@ -36,8 +38,8 @@ def test_cat_runs_in_its_own_kernel(tmp_path):
     plan = result.plan
     nodes = plan.graph.by_name()
     cats = [k for k in plan.kernels if k.anchor and nodes[k.anchor].op == "cat"]
-    assert len(cats) == 5  # NOTE: each used to be a torch.cat call, and its epilogue a kernel after it
-    assert not [n for n in plan.graph.nodes if n.op == "aten" and "cat" in n.target]
+    assert len(cats) == 6  # NOTE: each used to be a torch.cat call, and its epilogue a kernel after it
+    assert not [n for n in plan.graph.nodes if n.op == "aten" and ("cat" in n.target or "stack" in n.target)]
     assert any(len(k.nodes) > 1 for k in cats)
     namespace: dict = {}
     exec(path.read_text(), namespace)

@@ -15,9 +15,10 @@ PROBLEMS = sorted(p for p in (ROOT / "problems").rglob("*.py") if p.name != "__i
 SECONDS = 30  # issue 17: a compile on the CPU machine stays under this
 # Library calls beside LIBRARY: fused attention is cuDNN's/FlashAttention's whole job.
 CALLS = frozenset({"aten.scaled_dot_product_attention.default"})
-# aten ops that make a view or an alias, not values: no work to put in a kernel.
+# aten ops that make a view, an alias or one number everywhere (a memset): no arithmetic to put in a kernel.
 VIEW_OPS = frozenset({"t", "transpose", "expand", "unsqueeze", "squeeze", "permute", "split", "slice", "select",
-                      "alias", "unbind", "chunk", "detach", "split_with_sizes"})
+                      "alias", "unbind", "chunk", "detach", "split_with_sizes", "zeros", "ones", "full", "zeros_like",
+                      "ones_like", "full_like", "new_zeros", "new_ones", "new_full"})
 
 
 def _refs(args) -> list[str]:

@@ -203,8 +203,7 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
             node = Node(name, "getitem", (Ref(names[n.args[0]]), n.args[1]), shape, dtype, origin=origin)
         else:
             packet = n.target.__name__.split(".")[0] if hasattr(n.target, "__name__") else str(n.target)
-            if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and shape_dtype(n.args[0]) == (shape, dtype) \
-                    and not _relayout(n):
+            if packet in NOOPS and isinstance(n.args[0], torch.fx.Node) and shape_dtype(n.args[0]) == (shape, dtype):
                 names[n] = names[n.args[0]]
                 continue
             if packet in ("view", "_unsafe_view", "reshape") and isinstance(n.args[0], torch.fx.Node) \
@@ -245,15 +244,6 @@ def from_fx(gm: torch.fx.GraphModule, state_names, arg_names, filename=None, inp
         names[n] = name
         nodes.append(replace(node, stride=stride(n)))
     return device_neutral(as_library(Graph(tuple(nodes), outputs, single)))
-
-
-def _relayout(n: torch.fx.Node) -> bool:
-    """A clone that makes a view contiguous which a view after it needs (a batch-first LSTM's output,
-    a transpose, read through `.view`): a no-op on values, not on layout, so it stays."""
-    src, out = val(n.args[0]), val(n)
-    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor) or src.is_contiguous():
-        return False
-    return out.is_contiguous() and any(str(u.target) in VIEWS for u in n.users)
 
 
 def _view_target(n: torch.fx.Node) -> str:

@@ -10,7 +10,8 @@ from torchweld.simplify.rewrite import Pat, Table, is_number
 
 # The fill calls, and the number each writes (None: its second argument).
 FILLS = {"aten.zeros_like.default": 0.0, "aten.ones_like.default": 1.0, "aten.zeros.default": 0.0,
-         "aten.ones.default": 1.0, "aten.full_like.default": None, "aten.full.default": None}
+         "aten.ones.default": 1.0, "aten.full_like.default": None, "aten.full.default": None,
+         "aten.new_zeros.default": 0.0, "aten.new_ones.default": 1.0}
 
 
 def fill_value(m: Node | None) -> float | None:
