@@ -113,3 +113,13 @@ def test_no_library_way_for_a_gemm_ours_runs(name):
 def test_guard_checks_the_weights_read_through_a_transpose():
     _, p = _ours("linear3d_swish_residual")
     assert {"p0", "p1"} <= set(p.guard.params)  # p0: the weight, read as p0.t() by the GEMM
+
+
+def test_operand_made_by_a_rewrite_reads_as_contiguous():
+    """A hand-written LSTM cell's gate GEMM reads a value no capture recorded strides for (it raised
+    'not enough values to unpack' in codegen): it is read as the contiguous tensor it is."""
+    pr = load_problem(MATMUL.parent / "recurrent" / "lstm_cell_loop.py")
+    g = simplify(capture(pr.build_model(0), pr.inputs(), filename=str(pr.path)))
+    p = plan(g, Options(gemm=True), gemm_kernel.check)
+    sites = [s for s in p.gemm_ours.values() if isinstance(s, OursGemm)]
+    assert sites and all(len(s.a.strides) == 3 and len(s.b.strides) == 3 for s in sites)

@@ -18,6 +18,7 @@ from math import prod
 from typing import Callable
 
 from torchweld.ir import VIEWS, Kernel, Node, Ref
+from torchweld.tiling import contiguous_strides
 
 GEMMS = {"aten.mm.default": "mm", "aten.bmm.default": "bmm", "aten.addmm.default": "addmm",
          "aten.baddbmm.default": "baddbmm"}
@@ -140,8 +141,8 @@ def describe_site(gemm: str, site: OursGemm | str) -> str:
 
 def broadcast_strides(node: Node, shape: tuple) -> tuple[int, ...]:
     """`node`'s element strides over `shape`, right-aligned, 0 where it broadcasts."""
-    lead = len(shape) - len(node.shape)
-    return tuple(0 if i < lead or node.shape[i - lead] == 1 else node.stride[i - lead] for i in range(len(shape)))
+    lead, own = len(shape) - len(node.shape), tuple(node.stride) or contiguous_strides(node.shape)
+    return tuple(0 if i < lead or node.shape[i - lead] == 1 else own[i - lead] for i in range(len(shape)))
 
 
 def _collapse(shape: tuple, strides: tuple) -> int | None:
@@ -181,7 +182,9 @@ def _site(n: Node, p, nodes: dict, users: dict, tf32: bool, claimed: set) -> Our
         return "operands of another dtype"
     batch = a.shape[0] if len(a.shape) == 3 else 1
     m, k, nn = a.shape[-2], a.shape[-1], b.shape[-1]
-    three = (lambda x: tuple(x.stride)) if len(a.shape) == 3 else (lambda x: (0, *x.stride))
+    # NOTE: a node a rewrite made has no recorded strides: it is a fresh, contiguous tensor
+    strides = lambda x: tuple(x.stride) or contiguous_strides(x.shape)  # noqa: E731
+    three = strides if len(a.shape) == 3 else (lambda x: (0, *strides(x)))
     out_shape = (batch, m, nn) if len(n.shape) == 3 else (m, nn)
     c = None
     if op in ("addmm", "baddbmm"):
