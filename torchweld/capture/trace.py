@@ -52,7 +52,8 @@ def _decompositions() -> dict:
     return get_decompositions([aten.glu, aten.huber_loss, aten.smooth_l1_loss, aten.mse_loss])
 
 
-def trace_aten(model: torch.nn.Module, inputs: list, filename: str | None = None) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
+def trace_aten(model: torch.nn.Module, inputs: list,
+               filename: str | None = None) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
     """make_fx over a functional call, so parameters and buffers become graph inputs."""
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
