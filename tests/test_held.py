@@ -41,3 +41,18 @@ def test_no_kernel_writes_over_a_held_value():
     p, held = _held(lambda s, x: torch.relu(torch.eye(8) @ torch.ones(8, 8) * x), torch.randn(8, 8))
     assert "aten.mm.default" in held
     assert not set(p.written_over.values()) & set(p.held)
+
+
+def test_a_held_gemm_is_no_gemm_site_nor_ours():
+    """With --gemm, our GEMM took a held product as its anchor: `_tw_held` then returned a name it never made."""
+    from helpers import graphs
+    from torchweld.options import Options
+    from torchweld.plan import plan
+
+    fn = lambda s, x: torch.relu(torch.ones(64, 64).triu() @ s.w + x)  # noqa: E731
+    g = graphs(fn, torch.randn(64, 64), w=torch.randn(64, 64))[1]
+    for options in (Options(), Options(gemm=True)):
+        p = plan(g, options)
+        assert "aten.mm.default" in {p.graph.by_name()[h].target for h in p.held}
+        assert not p.gemm_ours and not [s for s in p.gemm_sites.values() if not isinstance(s, str)]
+        assert not set(p.held) & {m for k in p.kernels for m in k.nodes}
