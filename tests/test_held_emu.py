@@ -64,3 +64,23 @@ def test_held_values_are_made_once_and_follow_the_parameter(tmp_path):
         new.table.mul_(3.0)  # NOTE: an in-place update makes them again
         bad = [m for g, w in zip(new(x), ref(x)) if (m := mismatch(g, w, 1e-5))]
         assert not bad and new.__dict__["_tw_held_values"] is not made, bad
+
+
+def test_weights_summed_once_run_without_a_device_argument(tmp_path):
+    """reduce_rewrites sums a linear's weight (x @ sum(W)); the sum is held: forward must define the
+    device `_tw_held` is keyed on even where no call takes a device (it raised NameError)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "problems" / "reduce" / "linear_sum_features.py"
+    new_cls, result = emulated_model(path, tmp_path)
+    assert result.plan.held
+    namespace: dict = {}
+    exec(path.read_text(), namespace)
+    torch.manual_seed(0)
+    ref = namespace["Model"](*namespace["get_init_inputs"]())
+    new = new_cls(*namespace["get_init_inputs"]())
+    new.load_state_dict(ref.state_dict())
+    x = namespace["get_inputs"]()
+    with torch.no_grad():
+        for _ in range(2):
+            assert not (m := mismatch(new(*x), ref(*x), 1e-4)), m

@@ -55,7 +55,8 @@ def _decompositions() -> dict:
     return get_decompositions([aten.glu, aten.huber_loss, aten.smooth_l1_loss, aten.mse_loss])
 
 
-def trace_aten(model: torch.nn.Module, inputs: list, filename: str | None = None) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
+def trace_aten(model: torch.nn.Module, inputs: list,
+               filename: str | None = None) -> tuple[torch.fx.GraphModule, list[str], list[str]]:
     """make_fx over a functional call, so parameters and buffers become graph inputs."""
     state_names, state_vals = module_state(model)  # parameters, buffers, plain tensor attributes
     arg_names = _forward_arg_names(model, len(inputs))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from torchweld.codegen import batchnorm, concat, depthwise, gemm_kernel, pointwise, pointwise_cl, pool, reduce, reduce_rows, scan
+from torchweld.codegen import (batchnorm, concat, depthwise, gemm_kernel, pointwise, pointwise_cl, pool, reduce,
+                               reduce_rows, scan)
 from torchweld.codegen.common import PLAIN, Launch, cuh, prelude
 from torchweld.codegen.reduce import ReduceCode
 from torchweld.codegen.reduce_rows import RowCode

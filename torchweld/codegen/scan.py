@@ -80,5 +80,6 @@ def _kernel(k: Kernel, nodes) -> str:
           "#pragma unroll", f"    for (int e = 0; e < {E}; ++e) {{",
           f"      const unsigned r = r0 + e; const {IT} idx = base + r;",
           f"      if (live && r < {R}u) {{"]
-    B += ["        " + b for b in write(f"carry {op} before {op} v[e]")] + ["      }", "    }", f"    carry {op}= total;", "  }"]
+    B += ["        " + b for b in write(f"carry {op} before {op} v[e]")]
+    B += ["      }", "    }", f"    carry {op}= total;", "  }"]
     return kernel_with_launcher(k, nodes, B, nt, -(-O // tx))

@@ -66,7 +66,8 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
             f"        if ({guard}):",
             f"            return self._tw_general({arg_names})"]
-    if any(isinstance(a, torch.device) for n in graph.nodes for a in flat_args(n.args + tuple(v for _, v in n.attrs))):
+    if plan.held or any(isinstance(a, torch.device) for n in graph.nodes
+                        for a in flat_args(n.args + tuple(v for _, v in n.attrs))):  # NOTE: `_tw_held` is keyed on it
         body.append(f"        _dev = {tensors[0].target}.device" if tensors else "        _dev = torch.device('cuda')")
     held, held_body = set(plan.held), []
     for step in plan.steps:

@@ -79,9 +79,11 @@ def _kernel_lines(plan: Plan, repeats: dict[str, str]) -> list[str]:
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
     pools = [k for k in plan.kernels if k.kind == "pool"]
     convs = [k for k in plan.kernels if k.kind == "depthwise"]
-    n_reduce = sum(nodes[m].is_anchor for k in reduce for m in k.nodes)  # a row kernel may chain several
-    anchored = ([f"{n_reduce} reductions/norms"] if reduce else []) + ([f"{len(pools)} pools"] if pools else []) + (
-        [f"{len(convs)} depthwise convolution(s)"] if convs else [])
+    # NOTE: a row kernel may chain several anchors
+    n_reduce = sum(nodes[m].is_anchor and nodes[m].op != "cat" for k in reduce for m in k.nodes)
+    n_cat = sum(nodes[k.anchor].op == "cat" for k in reduce)
+    anchored = ([f"{n_reduce} reductions/norms"] if n_reduce else []) + ([f"{len(pools)} pools"] if pools else []) + (
+        [f"{len(convs)} depthwise convolution(s)"] if convs else []) + ([f"{n_cat} concatenation(s)"] if n_cat else [])
     what = f"{fused} ops ({' and '.join(anchored)} with their pointwise neighbours)" if anchored else (
         f"{fused} pointwise ops")
     lines = [f"Fused: {what} into {len(plan.kernels)} CUDA kernel(s):"]

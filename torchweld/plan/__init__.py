@@ -21,11 +21,13 @@ def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check
     held = held_values(graph)
     p = replace(partition(masked(graph, held), options.sms or device_sms()), graph=graph, held=held)
     ours = gemm_ours.gemm_ours(p, options.tf32, gemm_check) if options.gemm else {}
+    ours = {g: site for g, site in ours.items() if g not in held}  # NOTE: a held GEMM is made once, in PyTorch
     if ours:  # NOTE: before the other decisions, which then see our GEMM kernels in place of those they fold
         p = replace(gemm_ours.apply(p, ours), gemm_ours=ours)
     layouts = conv_layout.conv_layouts(p) if options.layout_plan else conv_layout.ConvLayouts()
     p = replace(p, layouts=layouts, conv_sites=conv_sites.conv_sites(p, layouts) if options.layout_plan else {},
-                gemm_sites=_library_sites(p), packed_weights=_packed(p))
+                gemm_sites={k: s for k, s in _library_sites(p).items() if getattr(s, "gemm", None) not in held},
+                packed_weights=_packed(p))
     p = replace(p, written_into=memory.written_into(p))  # reads gemm_sites
     # written_over reads layouts and written_into
     # NOTE: `_tw_held` makes the held views too: a kernel reads what it returns

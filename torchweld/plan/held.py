@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torchweld.ir import VIEWS, Graph, Node
+from torchweld.ir import LIBRARY, VIEWS, Graph, Node, Ref
 
 # Calls whose result shares its input's memory.
 ALIASES = VIEWS | {"aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.expand.default",
@@ -26,22 +26,33 @@ def _varying(n: Node) -> bool:
     return n.op == "aten" and (any(v in name for v in _VARYING) or name.endswith("_"))
 
 
+def _work_on_state(n: Node) -> bool:
+    """A call that does work on parameters and buffers alone and no other decision owns (a bias gathered
+    through an index buffer); not a view, a GEMM (packed or folded elsewhere) or a pointwise op (which
+    a kernel recomputes where it reads it)."""
+    return n.op == "aten" and n.target not in ALIASES and n.target not in LIBRARY
+
+
 def held_values(graph: Graph) -> tuple[str, ...]:
-    """The nodes that read no input and depend on a tensor made from numbers (so not a parameter's
-    own transpose or fold, which other decisions own), in graph order."""
+    """The nodes that read no input and depend on a tensor made from numbers or on work done on
+    parameters alone (`_work_on_state`), in graph order."""
     nodes, users = graph.by_name(), graph.users()
+    # NOTE: a value something writes into (copy_, add_, a norm's running statistics, which our kernels
+    # may write without bumping its version) is not the same on every call, nor what is made from it
+    written = {a for n in graph.nodes if _varying(n) for a in n.inputs()}
+    written |= {a for n in graph.nodes if "batch_norm" in n.op + n.target or n.op == "instance_norm"
+                for a in n.args[3:5] if isinstance(a, Ref)}
     rooted: set[str] = set()  # depends on a tensor made from numbers, and on no input
     for n in graph.nodes:
         if n.op in ("input", "param") or _varying(n) or n.op not in ("aten", "getitem") and not n.is_pointwise \
                 and not n.is_anchor:
             continue
         ins = n.inputs()
-        if _made_from_nothing(n) or (ins and all(a in rooted or nodes[a].op == "param" for a in ins)
-                                     and any(a in rooted for a in ins)):
+        state = ins and all(a in rooted or nodes[a].op == "param" and a not in written for a in ins)
+        if _made_from_nothing(n) or state and (any(a in rooted for a in ins) or _work_on_state(n)):
             rooted.add(n.name)
-    # NOTE: a value something writes into (copy_, add_) is not the same on every call, and one forward
-    # returns (or a view of it) is the caller's to write into
-    written = {a for n in graph.nodes if _varying(n) for a in n.inputs()} | _returned(graph, nodes)
+    # NOTE: one forward returns (or a view of it) is the caller's to write into
+    written |= _returned(graph, nodes)
     return tuple(n.name for n in graph.nodes if n.name in rooted and n.name not in written)
 
 
