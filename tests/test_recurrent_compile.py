@@ -118,7 +118,8 @@ def test_partition_time_grows_about_linearly():
     assert len(partition(big).kernels) == 2000
     t_big = time.process_time() - start
     assert t_big < 5.0  # NOTE: about 70 s for 9,000 nodes while each merge scanned the graph
-    assert t_big < 8 * 4 * max(t_small, 0.01)  # 8x the steps: far from the 64x of a quadratic pass
+    # NOTE: the floor: 250 steps take a few ms, so their time on a loaded machine is mostly noise
+    assert t_big < 8 * 4 * max(t_small, 0.05)  # 8x the steps: far from the 64x of a quadratic pass
 
 
 def test_two_layer_gru_over_16_steps_has_no_per_step_kernels():
