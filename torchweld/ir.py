@@ -163,6 +163,7 @@ class Guard:
     params: tuple[str, ...] = ()  # parameters and buffers the kernels read: their dtype and device
     shapes: tuple[str, ...] = ()  # of those, the ones a kernel is built for the shape of (a depthwise weight)
     modes: tuple[tuple[str, bool], ...] = ()  # (module path, training) of each norm the graph depends on the mode of
+    grads: tuple[str, ...] = ()  # parameters and buffers forward reads: with grad mode on, one requiring grad takes the original
 
 
 @dataclass(frozen=True)

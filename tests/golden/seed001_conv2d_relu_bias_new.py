@@ -9,6 +9,9 @@ Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled
 Layout: each convolution runs in NCHW or channels-last, cuDNN's heuristic or benchmarked algorithm, whichever was measured fastest at its first call (`_tw_conv`).
 A channels-last result is read as made (no copy back to NCHW) by k0: each has a second build, `_cl`, for it.
 Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`).
+Training: the kernels register no backward, so where grad mode is on and an input or parameter requires
+grad, forward runs the original forward (autograd as eager); the kernels run under torch.no_grad(),
+torch.inference_mode(), or with requires_grad off.
 """
 import ctypes
 import hashlib
@@ -348,12 +351,14 @@ class ModelNew(nn.Module):
         p0 = self._parameters['bias']  # self.bias
         p1 = self._modules['conv']._parameters['weight']  # self.conv.weight
         p2 = self._modules['conv']._parameters['bias']  # self.conv.bias
-        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.
+        # NOTE: kernels are specialised to the captured shapes and register no backward: other inputs,
+        # and calls autograd would record, take the general path.
         if (not self._tw_same_init
                 or x.shape != (128, 64, 128, 128) or x.dtype != torch.float32
                 or not x.is_cuda or x.get_device() != torch.cuda.current_device()
                 or p2.dtype != torch.float32 or p2.get_device() != x.get_device()
-                or p0.dtype != torch.float32 or p0.get_device() != x.get_device()):
+                or p0.dtype != torch.float32 or p0.get_device() != x.get_device()
+                or torch.is_grad_enabled() and (x.requires_grad or p0.requires_grad or p1.requires_grad or p2.requires_grad)):
             return self._tw_general(x)
         v4_lib = _tw_conv(self, 0, x, p1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, to=None)  # library; channels-last goes on as made
         v6, = _k0(v4_lib, p2, p0)  # v4 = add(v4_lib, v4_bias); v5 = relu(v4); v6 = add(v5, p0)

@@ -13,8 +13,10 @@ from torchweld.plan.memory import COPY
 from torchweld.simplify.conv_fold import FOLD, describe_stages, fold_call
 
 
-def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool) -> list[str]:
-    """Forward's guard, one condition each: any true one sends the call to the original forward."""
+def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool, fetched: frozenset = frozenset()) -> list[str]:
+    """Forward's guard, one condition each: any true one sends the call to the original forward.
+
+    `fetched`: the parameters forward has already fetched into locals of their node names."""
     nodes = plan.graph.by_name()
     tensors = [n for n in inputs if n.attr("value") is None]
     conds = ["not self._tw_same_init"] * same_init + [
@@ -28,6 +30,11 @@ def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool) -> list[st
                   f"{expr(Ref(p), nodes)}.get_device() != {first}.get_device()" for p in plan.guard.params]
         conds += [f"{expr(Ref(p), nodes)}.shape != {tuple(nodes[p].shape)!r}" for p in plan.guard.shapes]
     conds += [f"{module_path(m)}.training is not {t}" for m, t in plan.guard.modes]
+    grads = [f"{n.target}.requires_grad" for n in tensors]
+    grads += [f"{p if p in fetched else state_path(nodes[p])}.requires_grad" for p in plan.guard.grads]
+    if grads:  # NOTE: kernels register no backward: where autograd would record the call, the original runs
+        conds.append("torch.is_grad_enabled() and (" + "\n                    or ".join(
+            " or ".join(grads[i:i + 4]) for i in range(0, len(grads), 4)) + ")")
     return conds
 
 
@@ -55,13 +62,15 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
                                                                 (nodes[step].inputs() if step in nodes else ()))}
     state = [n for n in graph.nodes if n.op == "param" and n.name in used]
     tensors = [n for n in inputs if n.attr("value") is None]
-    guard = "\n                or ".join(guard_conditions(plan, inputs, same_init)) or "False"
+    fetched = frozenset(n.name for n in state)
+    guard = "\n                or ".join(guard_conditions(plan, inputs, same_init, fetched)) or "False"
     arg_names = ", ".join(n.target for n in inputs)
     body = [f"    def forward({signature}):",
             *(["        # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight`"
                " costs microseconds)."] if state else []),
             *[f"        {n.name} = {state_path(n)}  # self.{n.target}" for n in state],
-            "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
+            "        # NOTE: kernels are specialised to the captured shapes and register no backward: other inputs,",
+            "        # and calls autograd would record, take the general path.",
             f"        if ({guard}):",
             f"            return self._tw_general({arg_names})"]
     if any(isinstance(a, torch.device) for n in graph.nodes for a in flat_args(n.args + tuple(v for _, v in n.attrs))):

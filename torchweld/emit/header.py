@@ -63,7 +63,10 @@ def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
                   "buffers meanwhile."]
     elif options.cuda_graph and plan.graph_blockers:
         lines.append("CUDA graph: asked for but not used: " + "; ".join(plan.graph_blockers) + ".")
-    lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]
+    lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`).",
+              "Training: the kernels register no backward, so where grad mode is on and an input or parameter requires",
+              "grad, forward runs the original forward (autograd as eager); the kernels run under torch.no_grad(),",
+              "torch.inference_mode(), or with requires_grad off."]
     return '"""' + "\n".join(lines) + '\n"""'
 
 

@@ -6,15 +6,18 @@ from torchweld.simplify.conv_fold import fold_source
 
 
 def guard(plan: Plan) -> Guard:
-    """The parameters the kernels read, those a kernel is built for the shape of, and the norms'
-    modes the captured graph depends on."""
+    """The parameters the kernels read, those a kernel is built for the shape of, the norms' modes
+    the captured graph depends on, and every parameter and buffer forward reads (for grad mode)."""
     nodes = plan.graph.by_name()
     params = kernel_params(plan)
     # NOTE: a depthwise kernel is built for its weight's shape (kernel size, channels): another one
     # (a constructor given another kernel_size) takes the general path.
     weights = {fold_source(w, nodes) or w for w in (nodes[k.anchor].args[1] for k in plan.kernels
                                                     if k.kind == "depthwise")}
-    return Guard(params, tuple(p for p in params if p in weights), norm_modes(plan.graph))
+    # NOTE: kernels register no backward and runtime helpers (folds, packs) make their tensors under no_grad:
+    # where autograd would record anything, the original forward runs.
+    grads = tuple(n.name for n in plan.graph.nodes if n.op == "param" and ("float" in n.dtype or "complex" in n.dtype))
+    return Guard(params, tuple(p for p in params if p in weights), norm_modes(plan.graph), grads)
 
 
 def kernel_params(plan: Plan) -> tuple[str, ...]:
