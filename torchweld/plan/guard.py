@@ -1,7 +1,7 @@
 """What forward checks before it runs the kernels, and whether its fast path may be a CUDA graph."""
 from __future__ import annotations
 
-from torchweld.ir import VIEWS, Graph, Guard, Plan, Ref
+from torchweld.ir import LIBRARY, Graph, Guard, Node, Plan, Ref, flat_args
 from torchweld.simplify.conv_fold import fold_source
 
 
@@ -21,20 +21,33 @@ def guard(plan: Plan) -> Guard:
 
 
 def kernel_params(plan: Plan) -> tuple[str, ...]:
-    """Each parameter a kernel reads, directly or through a view (a bias moved into the kernel), or
-    through a fold (the weight it was folded from)."""
+    """Each parameter a kernel reads, directly, through the aten calls before it that run in PyTorch
+    (views such as a select, a slice or a transpose; a bias moved into the kernel), or through a fold
+    (the weight it was folded from)."""
     nodes = plan.graph.by_name()
-    found = []
+    found: list[str] = []
     for k in plan.kernels:
         for a in k.inputs:
-            n = nodes[a]
-            if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
-                n = nodes[n.args[0]]
-            if fold_source(n.name, nodes):  # NOTE: a folded tensor has its conv weight's dtype and device
-                n = nodes[fold_source(n.name, nodes)]
-            if n.op == "param" and n.name not in found:
-                found.append(n.name)
+            for n in _reached(nodes[a], nodes):
+                if n.op == "param" and n.name not in found:
+                    found.append(n.name)
     return tuple(found)
+
+
+def _reached(n: Node, nodes: dict[str, Node]) -> list[Node]:
+    """`n` and the values it is made from in PyTorch outside a library call (whose own checks hold)."""
+    out, todo, seen = [], [n], set()
+    while todo:
+        n = todo.pop()
+        if n.name in seen:
+            continue
+        seen.add(n.name)
+        if fold_source(n.name, nodes):  # NOTE: a folded tensor has its conv weight's dtype and device
+            n = nodes[fold_source(n.name, nodes)]
+        out.append(n)
+        if n.op in ("aten", "getitem") and n.target not in LIBRARY:
+            todo += [nodes[r] for r in flat_args(n.args) if isinstance(r, Ref)]
+    return out
 
 
 def norm_modes(graph: Graph) -> tuple[tuple[str, bool], ...]:
