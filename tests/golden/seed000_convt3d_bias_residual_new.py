@@ -9,6 +9,7 @@ Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled
 Layout: each convolution runs in NCHW or channels-last, cuDNN's heuristic or benchmarked algorithm, whichever was measured fastest at its first call (`_tw_conv`).
 A channels-last result is read as made (no copy back to NCHW) by k0: each has a second build, `_cl`, for it.
 Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`).
+Specialised dims: every dim of x (16, 32, 16, 32, 32); the first call of another shape warns once, naming the dim.
 Training: the kernels register no backward, so where grad mode is on and an input or parameter requires
 grad, forward runs the original forward (autograd as eager); the kernels run under torch.no_grad(),
 torch.inference_mode(), or with requires_grad off.
@@ -321,6 +322,32 @@ def _tw_conv(module, site, x, w, *args, to=torch.contiguous_format):
         packed = plan[1] = (key, w.contiguous(memory_format=cfg[0]), w)
     return _tw_conv_run(x, packed[1], args, cfg, to)
 
+
+def _tw_shape_note(module, built):
+    """Warn once per module where an input's shape is not one the kernels were built for. `built`:
+    (name, value, shape) per tensor input; a None in the shape is a size the kernels take at run time."""
+    for name, t, shape in built:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.dim() != len(shape):
+            what = f"{name} has {t.dim()} dims, not {len(shape)}"
+        else:
+            dims = [d for d, (a, b) in enumerate(zip(t.shape, shape)) if b is not None and a != b]
+            if not dims:
+                continue
+            what = f"{name}.shape[{dims[0]}] is {t.shape[dims[0]]}, not {shape[dims[0]]}"
+        import sys  # NOTE: here, so the file's imports stay as they were
+        import warnings
+
+        depth, frame = 2, sys._getframe(2)  # NOTE: 1 is forward; the warning names the caller's line, past nn.Module's
+        while frame is not None and "torch" in frame.f_code.co_filename and "nn" in frame.f_code.co_filename:
+            depth, frame = depth + 1, frame.f_back
+        module.__dict__["_tw_warned"] = True
+        warnings.warn(f"torchweld: {type(module).__name__}: {what} (the kernels are built for {name} of shape "
+                      f"{tuple('any' if s is None else s for s in shape)}): this call, and others like it, run the "
+                      "original forward (correct, not faster); this is said once", stacklevel=depth + 1)
+        return
+
 def _k0(a_v4_lib, a_v4_bias, a_p0):
     """k0: 3 fused ops over (16, 64, 32, 64, 64); see its CUDA source above."""
     cl = a_v4_lib.stride() == (8388608, 1, 262144, 4096, 64)
@@ -365,6 +392,8 @@ class ModelNew(nn.Module):
                 or p2.dtype != torch.float32 or p2.get_device() != x.get_device()
                 or p0.dtype != torch.float32 or p0.get_device() != x.get_device()
                 or torch.is_grad_enabled() and (x.requires_grad or p0.requires_grad or p1.requires_grad or p2.requires_grad)):
+            if "_tw_warned" not in self.__dict__:
+                _tw_shape_note(self, (('x', x, (16, 32, 16, 32, 32)),))
             return self._tw_general(x)
         v4_lib = _tw_conv(self, 0, x, p1, None, [2, 2, 2], [1, 1, 1], [1, 1, 1], True, [1, 1, 1], 1, to=None)  # library; channels-last goes on as made
         v8, = _k0(v4_lib, p2, p0)  # v4 = add(v4_lib, v4_bias); v6 = fma(v4, 2.0, p0); v8 = fma(v6, v4, v4)

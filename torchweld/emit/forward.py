@@ -38,6 +38,15 @@ def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool, fetched: f
     return conds
 
 
+def _note_lines(tensors: list[Node]) -> list[str]:
+    """The fallback's warning, once per module, where an input's shape is not the kernels' (runtime/shape_note.py)."""
+    if not tensors:
+        return []
+    built = ", ".join(f"({n.target!r}, {n.target}, {tuple(n.shape)!r})" for n in tensors)
+    return ['            if "_tw_warned" not in self.__dict__:',
+            f"                _tw_shape_note(self, ({built},))"]
+
+
 def _conv_to(handed_on: str | None) -> str:
     """`_tw_conv`'s `to` argument for a convolution whose output is handed on in memory format `handed_on`."""
     if handed_on is None:
@@ -72,6 +81,7 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             "        # NOTE: kernels are specialised to the captured shapes and register no backward: other inputs,",
             "        # and calls autograd would record, take the general path.",
             f"        if ({guard}):",
+            *_note_lines(tensors),
             f"            return self._tw_general({arg_names})"]
     if any(isinstance(a, torch.device) for n in graph.nodes for a in flat_args(n.args + tuple(v for _, v in n.attrs))):
         body.append(f"        _dev = {tensors[0].target}.device" if tensors else "        _dev = torch.device('cuda')")

@@ -64,6 +64,7 @@ def header(plan: Plan, problem_name: str, options: Options = Options()) -> str:
     elif options.cuda_graph and plan.graph_blockers:
         lines.append("CUDA graph: asked for but not used: " + "; ".join(plan.graph_blockers) + ".")
     lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`).",
+              *_shape_lines(plan),
               "Training: the kernels register no backward, so where grad mode is on and an input or parameter requires",
               "grad, forward runs the original forward (autograd as eager); the kernels run under torch.no_grad(),",
               "torch.inference_mode(), or with requires_grad off."]
@@ -103,3 +104,12 @@ def _kernel_lines(plan: Plan) -> list[str]:
         else:
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} elements, one pass)")
     return lines
+
+
+def _shape_lines(plan: Plan) -> list[str]:
+    """Which dims of which inputs the kernels are specialised to (runtime/shape_note.py warns, once, on another)."""
+    tensors = [n for n in plan.graph.nodes if n.op == "input" and n.attr("value") is None]
+    if not tensors:
+        return []
+    dims = "; ".join(f"{n.target} {tuple(n.shape)}" for n in tensors)
+    return [f"Specialised dims: every dim of {dims}; the first call of another shape warns once, naming the dim."]

@@ -50,7 +50,8 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     timed = plan.timed_gemm_sites
     runtime = [("site_timing", (plan.conv_sites or timed) and not ours), ("conv_run", plan.conv_sites),
                ("gemm_way_pick", timed), ("fold", any(n.op == FOLD for n in graph.nodes)), ("pack", plan.packed_weights),
-               ("tf32", options.precision is Precision.TF32), ("graph", plan.cuda_graph)]
+               ("tf32", options.precision is Precision.TF32), ("graph", plan.cuda_graph),
+               ("shape_note", any(n.op == "input" and n.attr("value") is None for n in graph.nodes))]
     for name, needed in runtime:
         if needed:
             out += ["", pasted(name), ""]
