@@ -17,6 +17,7 @@ from torchweld.capture import capture
 from torchweld.codegen.gemm_kernel import check as gemm_check
 from torchweld.emit import emit, emit_passthrough
 from torchweld.options import Options
+from torchweld.pipeline import batch_checked
 from torchweld.plan import plan
 from torchweld.problem import load_module
 from torchweld.runtime.config import _tw_config
@@ -135,7 +136,8 @@ def emitted(module: torch.nn.Module, inputs: list, options: Options, cache: Path
         except TypeError:
             filename = None
         graph = capture(module, inputs, filename=filename)
-        planned = plan(simplify(graph), options, gemm_check)
+        simplified = simplify(graph)
+        planned = batch_checked(module, inputs, simplified, plan(simplified, options, gemm_check))
         source = emit(planned, t.source, t.name, options, t.init_args, t.config)
     except Exception as e:  # any compiler failure: capture, an unsupported op, a bug of ours
         _write(fail, _reason(e))

@@ -20,7 +20,11 @@ def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool, fetched: f
     nodes = plan.graph.by_name()
     tensors = [n for n in inputs if n.attr("value") is None]
     conds = ["not self._tw_same_init"] * same_init + [
-        f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
+        f"{_shape_test(n, plan)} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
+    if plan.guard.batch and tensors:  # NOTE: the batch is a runtime size: the same in every input, 1 to the largest
+        first = tensors[0].target
+        conds.append(f"not 0 < {first}.shape[0] <= {plan.guard.batch[1]}")
+        conds += [f"{n.target}.shape[0] != {first}.shape[0]" for n in tensors[1:]]
     conds += [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]
     if tensors:  # NOTE: kernels launch on the current device: every tensor they read must live there
         first = tensors[0].target
@@ -38,11 +42,19 @@ def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool, fetched: f
     return conds
 
 
-def _note_lines(tensors: list[Node]) -> list[str]:
+def _shape_test(n: Node, plan: Plan) -> str:
+    """The guard's test of input `n`'s shape: every dim, or those after the batch where it is a runtime size."""
+    if plan.guard.batch:
+        return f"{n.target}.shape[1:] != {tuple(n.shape[1:])!r}"
+    return f"{n.target}.shape != {tuple(n.shape)!r}"
+
+
+def _note_lines(tensors: list[Node], plan: Plan) -> list[str]:
     """The fallback's warning, once per module, where an input's shape is not the kernels' (runtime/shape_note.py)."""
     if not tensors:
         return []
-    built = ", ".join(f"({n.target!r}, {n.target}, {tuple(n.shape)!r})" for n in tensors)
+    batch = bool(plan.guard.batch)
+    built = ", ".join(f"({n.target!r}, {n.target}, {((None,) * batch + tuple(n.shape[batch:]))!r})" for n in tensors)
     return ['            if "_tw_warned" not in self.__dict__:',
             f"                _tw_shape_note(self, ({built},))"]
 
@@ -81,7 +93,7 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             "        # NOTE: kernels are specialised to the captured shapes and register no backward: other inputs,",
             "        # and calls autograd would record, take the general path.",
             f"        if ({guard}):",
-            *_note_lines(tensors),
+            *_note_lines(tensors, plan),
             f"            return self._tw_general({arg_names})"]
     if any(isinstance(a, torch.device) for n in graph.nodes for a in flat_args(n.args + tuple(v for _, v in n.attrs))):
         body.append(f"        _dev = {tensors[0].target}.device" if tensors else "        _dev = torch.device('cuda')")

@@ -38,7 +38,7 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     out = [header(plan, problem_name, options), "import ctypes", "import hashlib", "import inspect", "", *IMPORTS]
     out += [s for s in keep if s.strip() and s.strip() not in out]
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, graph).workspace > 0)
-              for k in plan.kernels}
+              + (k.batch > 0) for k in plan.kernels}  # NOTE: a runtime batch's element count goes as one more
     n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in plan.kernels if plan.layouts.of(k)})
     ours = [k for k in plan.kernels if k.kind == "gemm"]
     n_ptrs.update({k.name: len(built(site_of(k, plan), graph).args) for k in ours})
