@@ -63,3 +63,17 @@ def test_compiled_module_runs_kernels_and_matches_eager(cls, shape, tmp_path):
         for _ in range(3):
             x = torch.randn(shape, device="cuda")
             assert torch.allclose(new(x), m(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cls,shape", CASES[:2], ids=[c.__name__ for c, _ in CASES[:2]])
+def test_other_batch_sizes_run_the_kernels(cls, shape, tmp_path):
+    """The batch reaches only pointwise kernels, a GEMM or a convolution: one compile serves batch 1 and 3x."""
+    torch.manual_seed(0)
+    m = cls().cuda().eval()
+    new = torchweld.compile(m, torch.randn(shape, device="cuda"), cache_dir=tmp_path)
+    assert "Runtime dims: the batch" in new.torchweld.source
+    new.__dict__["_tw_general"] = None  # NOTE: a call that fell back to the original forward fails here
+    with torch.no_grad():
+        for batch in (1, 3 * shape[0]):
+            x = torch.randn((batch, *shape[1:]), device="cuda")
+            assert torch.allclose(new(x), m(x), atol=1e-4, rtol=1e-4), batch
