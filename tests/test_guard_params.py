@@ -62,3 +62,52 @@ def test_parameter_of_another_dtype_takes_the_original(sliced, name):
         want, got = ref(x), new(x)
     assert got.dtype == want.dtype == torch.float64
     assert torch.allclose(got, want, atol=1e-12)
+
+
+DEFAULTS = '''"""forward's parameters the trace was not given: their defaults."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(8))
+
+    def forward(self, x, mask=None, scale: float = 2.0, *, shift=-1.5):
+        y = torch.relu(x * self.w) * scale + shift
+        if mask is not None:
+            y = y * mask
+        return y
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+def test_parameters_left_to_their_defaults_are_guarded_and_passed_on(tmp_path):
+    """A call giving mask, another scale or shift runs the original forward with them; the defaults run the kernels."""
+    import sys
+
+    new_cls, result = emulated_model(write_problem(tmp_path, "defaults", DEFAULTS), tmp_path)
+    assert "or mask is not None" in result.source and "return self._tw_general(x, mask, scale, shift=shift)" in result.source
+    namespace: dict = {}
+    exec(DEFAULTS, namespace)
+    torch.manual_seed(0)
+    ref = namespace["Model"]()
+    new = new_cls()
+    new.load_state_dict(ref.state_dict())
+    lib = sys.modules[type(new).__module__]._LIB
+    x, mask = torch.randn(4, 8), torch.rand(4, 8)
+    for kwargs, runs in [({}, True), ({"mask": mask}, False), ({"scale": 3.0}, False), ({"scale": 2}, False),
+                         ({"shift": -1.5}, True), ({"shift": 0.5}, False)]:
+        del lib.launched[:]
+        with torch.no_grad():
+            assert torch.allclose(new(x, **kwargs), ref(x, **kwargs), atol=1e-6), kwargs
+        assert bool(lib.launched) == runs, kwargs

@@ -1,6 +1,8 @@
 """ModelNew.forward: its guard, then the plan's steps, each a library call or a kernel's wrapper."""
 from __future__ import annotations
 
+import ast
+
 import torch
 
 from torchweld.codegen import torch_expr
@@ -40,6 +42,34 @@ def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool, fetched: f
         conds.append("torch.is_grad_enabled() and (" + "\n                    or ".join(
             " or ".join(grads[i:i + 4]) for i in range(0, len(grads), 4)) + ")")
     return conds
+
+
+def _uncaptured(signature: str, inputs: list[Node]) -> tuple[list[str], str]:
+    """(guard conditions, `_tw_general`'s arguments): forward's parameters the trace was not given (their
+    defaults) must still have their default values for the kernels to run, and reach the original forward."""
+    args = ast.parse(f"def forward({signature}): pass").body[0].args
+    positional = args.posonlyargs + args.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    captured = {n.target for n in inputs}
+    conds = []
+    for name, default in defaults.items():
+        if name in captured:
+            continue
+        try:
+            value = ast.literal_eval(default)
+        except ValueError:
+            value = ...
+        if value is None or isinstance(value, bool):
+            conds.append(f"{name} is not {value!r}")
+        elif isinstance(value, (int, float, str)) and repr(value) == ast.unparse(default):
+            conds.append(f"{name}.__class__ is not {type(value).__name__} or {name} != {value!r}")
+        else:  # NOTE: a default that is no constant: any call may change it, so the kernels never run
+            conds.append("True")
+    names = [a.arg for a in positional[1:]] + [f"{a.arg}={a.arg}" for a in args.kwonlyargs]
+    if not set(defaults) - captured:  # NOTE: every parameter captured: the call stays as it was
+        names = [n.target for n in inputs]
+    return conds, ", ".join(names)
 
 
 def _shape_test(n: Node, plan: Plan) -> str:
@@ -84,8 +114,8 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
     state = [n for n in graph.nodes if n.op == "param" and n.name in used]
     tensors = [n for n in inputs if n.attr("value") is None]
     fetched = frozenset(n.name for n in state)
-    guard = "\n                or ".join(guard_conditions(plan, inputs, same_init, fetched)) or "False"
-    arg_names = ", ".join(n.target for n in inputs)
+    extra, arg_names = _uncaptured(signature, inputs)
+    guard = "\n                or ".join(guard_conditions(plan, inputs, same_init, fetched) + extra) or "False"
     body = [f"    def forward({signature}):",
             *(["        # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight`"
                " costs microseconds)."] if state else []),
