@@ -163,8 +163,7 @@ def compiled_module(module: torch.nn.Module, source: str, path: Path, info: Comp
     except Exception as e:
         raise PartError(f"loading the file failed: {_reason(e)}") from e
     cls, new = type(module), mod.ModelNew
-    attrs = {"forward": new.forward, "_tw_general": cls.forward, "__module__": cls.__module__,
-             "__doc__": cls.__doc__, "__qualname__": cls.__qualname__}
+    attrs = {"forward": new.forward, "_tw_general": cls.forward}
     if hasattr(new, "_tw_fast"):  # the fast path replayed as a CUDA graph
         attrs["_tw_fast"] = new._tw_fast
     return instance(module, attrs, info)
@@ -174,8 +173,9 @@ def instance(module: torch.nn.Module, attrs: dict, info: Compiled) -> torch.nn.M
     """A shallow copy of `module` as an instance of a subclass of its class with `attrs`, `.torchweld`
     and (where its class has none) `.save(path)`."""
     cls = type(module)
+    attrs = {"__module__": cls.__module__, "__doc__": cls.__doc__, "__qualname__": cls.__qualname__, **attrs}
     if not hasattr(cls, "save"):
-        attrs = {**attrs, "save": lambda self, path: self.torchweld.save(path)}
+        attrs["save"] = lambda self, path: self.torchweld.save(path)
     sub = type(cls.__name__, (cls,), attrs)
     new = sub.__new__(sub)
     new.__dict__.update(module.__dict__)  # NOTE: the same _parameters, _buffers and _modules dicts: nothing copied
