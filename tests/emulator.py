@@ -133,8 +133,10 @@ class Launchers:
     def _guarded(self, kernel, fn, vec):
         def launch(*args):
             self.launched.append(kernel)
-            *tensors, flag, stream = args
-            assert all(isinstance(t, torch.Tensor) for t in tensors), f"{kernel}: an operand is not a tensor"
+            *operands, flag, stream = args
+            tensors = [t for t in operands if isinstance(t, torch.Tensor)]
+            # NOTE: an int is a size passed by value (a runtime batch's element count), not an operand
+            assert all(isinstance(t, (torch.Tensor, int)) for t in operands), f"{kernel}: an operand is not a tensor"
             spans: dict[int, list[int]] = {}
             for t in tensors:
                 if t.numel():
@@ -142,7 +144,8 @@ class Launchers:
                     span = spans.setdefault(t.untyped_storage().data_ptr(), [lo, hi])
                     span[:] = min(span[0], lo), max(span[1], hi)
             copies = {key: Guarded(lo, hi) for key, (lo, hi) in spans.items()}
-            ptrs = [copies[t.untyped_storage().data_ptr()].at(t.data_ptr()) if t.numel() else None for t in tensors]
+            ptrs = [t if isinstance(t, int) else copies[t.untyped_storage().data_ptr()].at(t.data_ptr()) if t.numel()
+                    else None for t in operands]
             try:
                 err = fn(*ptrs, flag if vec else 0, stream)
             finally:

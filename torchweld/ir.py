@@ -167,6 +167,7 @@ class Kernel:
     kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue; "depthwise": conv + epilogue
     anchor: str = ""
     sms: int = 0  # reduce kernels: the multiprocessors their launch is sized for (tiling.layout; 0: its default)
+    batch: int = 0  # pointwise kernels: the captured size of dim 0 where it is a runtime size (plan/batch.py), else 0
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,8 @@ class Guard:
     params: tuple[str, ...] = ()  # parameters and buffers the kernels read: their dtype and device
     shapes: tuple[str, ...] = ()  # of those, the ones a kernel is built for the shape of (a depthwise weight)
     modes: tuple[tuple[str, bool], ...] = ()  # (module path, training) of each norm the graph depends on the mode of
+    grads: tuple[str, ...] = ()  # parameters and buffers forward reads: with grad mode on, one requiring grad takes the original
+    batch: tuple[int, int] = ()  # (captured, largest): dim 0 of every tensor input is a runtime size up to the largest
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from torchweld.emit import emit, emit_passthrough
 from torchweld.ir import Graph, Plan
 from torchweld.options import Options, Precision  # noqa: F401  (callers take Options from here too)
 from torchweld.plan import plan
+from torchweld.plan.batch import specialised
 from torchweld.problem import Problem, ProblemError, load_problem
 from torchweld.simplify import simplify
 
@@ -39,9 +40,24 @@ def compile_problem(problem: Problem, options: Options = Options()) -> Result:
     captured = capture(model, inputs, filename=str(problem.path))
     dumps: list[tuple[str, Graph]] = [("capture", captured)]
     simplified = simplify(captured, dump=(lambda name, g: dumps.append((name, g))) if options.dump else None)
-    planned = plan(simplified, options, gemm_check)
+    planned = batch_checked(model, inputs, simplified, plan(simplified, options, gemm_check))
     source = emit(planned, problem.source, problem.name, options, problem.init_inputs())
     return Result(problem, captured, simplified, planned, source, dumps)
+
+
+def batch_checked(model, inputs: list, simplified: Graph, planned: Plan) -> Plan:
+    """`planned`, its runtime batch kept only where the model traced at another batch gives the same
+    graph: a constant forward derives from the batch (`x / x.size(0)`) is baked into the kernels."""
+    if not planned.guard.batch:
+        return planned
+    b = planned.guard.batch[0] + 1
+    other = [x[:1].expand(b, *x.shape[1:]) if isinstance(x, torch.Tensor) else x for x in inputs]  # NOTE: no copy
+    try:
+        graph = simplify(capture(model, other))
+    except Exception:  # another batch does not even trace: it stays specialised
+        return specialised(planned)
+    key = [(n.name, n.op, n.target, n.args, n.attrs) for n in simplified.nodes]
+    return planned if key == [(n.name, n.op, n.target, n.args, n.attrs) for n in graph.nodes] else specialised(planned)
 
 
 def compile_source(problem: Problem, options: Options = Options()) -> tuple[str, str | None]:

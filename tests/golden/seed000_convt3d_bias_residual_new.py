@@ -9,6 +9,11 @@ Precision: fp32 stays fp32 (fp16/bf16 data computes in fp32); no TF32 is enabled
 Layout: each convolution runs in NCHW or channels-last, cuDNN's heuristic or benchmarked algorithm, whichever was measured fastest at its first call (`_tw_conv`).
 A channels-last result is read as made (no copy back to NCHW) by k0: each has a second build, `_cl`, for it.
 Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`).
+Runtime dims: the batch (dim 0 of every input; captured 16), any size from 1 to 255: the kernels take their element count at run time.
+Specialised dims: the others, x (batch, 32, 16, 32, 32); the first call of another shape warns once, naming the dim.
+Training: the kernels register no backward, so where grad mode is on and an input or parameter requires
+grad, forward runs the original forward (autograd as eager); the kernels run under torch.no_grad(),
+torch.inference_mode(), or with requires_grad off.
 """
 import ctypes
 import hashlib
@@ -53,13 +58,13 @@ template <typename S> __device__ __forceinline__ S tw_st(bool x) { return (S)x; 
 
 extern "C" const char* tw_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
 
-// k0: fuses 3 ops over (16, 64, 32, 64, 64)
+// k0: fuses 3 ops over (any batch) x (64, 32, 64, 64)
 //   v4 = add(v4_lib, v4_bias)    <- line 16: x = self.conv_transpose(x)
 //   v6 = fma(v4, 2.0, p0)    <- line 19: x = x + original_x
 //   v8 = fma(v6, v4, v4)    <- line 21: x = x + original_x
-__global__ void __launch_bounds__(256) k0_v1(const float* __restrict__ in_v4_lib, const float* __restrict__ in_v4_bias, const float* __restrict__ in_p0, float* __restrict__ out_v8) {
+__global__ void __launch_bounds__(256) k0_v1(const float* __restrict__ in_v4_lib, const float* __restrict__ in_v4_bias, const float* __restrict__ in_p0, float* __restrict__ out_v8, const unsigned int n) {
   const unsigned int t = (unsigned int)blockIdx.x * 256u + threadIdx.x;
-  if (t >= 134217728u) return;
+  if (t >= n) return;
   const unsigned int i0 = t * 1u;
   tw_vec<float, 1> w_v8;
 #pragma unroll
@@ -76,9 +81,9 @@ __global__ void __launch_bounds__(256) k0_v1(const float* __restrict__ in_v4_lib
   *reinterpret_cast<tw_vec<float, 1>*>(out_v8 + i0) = w_v8;
 }
 
-__global__ void __launch_bounds__(256) k0_v4(const float* __restrict__ in_v4_lib, const float* __restrict__ in_v4_bias, const float* __restrict__ in_p0, float* __restrict__ out_v8) {
+__global__ void __launch_bounds__(256) k0_v4(const float* __restrict__ in_v4_lib, const float* __restrict__ in_v4_bias, const float* __restrict__ in_p0, float* __restrict__ out_v8, const unsigned int n) {
   const unsigned int t = (unsigned int)blockIdx.x * 256u + threadIdx.x;
-  if (t >= 33554432u) return;
+  if (t >= n / 4u) return;
   const unsigned int i0 = t * 4u;
   const tw_vec<float, 4> r_v4_lib = *reinterpret_cast<const tw_vec<float, 4>*>(in_v4_lib + i0);
   const auto r_v4_bias = tw_ld(in_v4_bias[((i0 / 131072u) % 64u)]);
@@ -97,14 +102,14 @@ __global__ void __launch_bounds__(256) k0_v4(const float* __restrict__ in_v4_lib
   }
   *reinterpret_cast<tw_vec<float, 4>*>(out_v8 + i0) = w_v8;
 }
-extern "C" int tw_launch_k0(const void* in_v4_lib, const void* in_v4_bias, const void* in_p0, void* out_v8, int vec, void* stream) {
+extern "C" int tw_launch_k0(const void* in_v4_lib, const void* in_v4_bias, const void* in_p0, void* out_v8, unsigned long long n, int vec, void* stream) {
   cudaStream_t s = (cudaStream_t)stream;
-  if (vec) k0_v4<<<131072u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v8);
-  else k0_v1<<<524288u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v8);
+  if (vec && n % 4ull == 0) k0_v4<<<(unsigned)((n / 4ull + 255ull) / 256ull), 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v8, (unsigned int)n);
+  else k0_v1<<<(unsigned)((n + 255ull) / 256ull), 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v8, (unsigned int)n);
   return (int)cudaGetLastError();
 }
 
-// k0_cl: the channels-last build of k0; fuses 3 ops over (16, 64, 32, 64, 64)
+// k0_cl: the channels-last build of k0; fuses 3 ops over (any batch) x (64, 32, 64, 64)
 //   v4 = add(v4_lib, v4_bias)    <- line 16: x = self.conv_transpose(x)
 //   v6 = fma(v4, 2.0, p0)    <- line 19: x = x + original_x
 //   v8 = fma(v6, v4, v4)    <- line 21: x = x + original_x
@@ -189,14 +194,14 @@ __global__ void __launch_bounds__(256) k0_cl_v4(const float* __restrict__ in_v4_
     }
   }
 }
-extern "C" int tw_launch_k0_cl(const void* in_v4_lib, const void* in_v4_bias, const void* in_p0, void* out_v8, int vec, void* stream) {
+extern "C" int tw_launch_k0_cl(const void* in_v4_lib, const void* in_v4_bias, const void* in_p0, void* out_v8, unsigned long long n, int vec, void* stream) {
   cudaStream_t s = (cudaStream_t)stream;
-  if (vec) k0_cl_v4<<<131072u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v8);
-  else k0_cl_v1<<<131072u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v8);
+  if (vec) k0_cl_v4<<<(unsigned)(n / 8388608ull) * 8192u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v8);
+  else k0_cl_v1<<<(unsigned)(n / 8388608ull) * 8192u, 256, 0, s>>>((const float*)in_v4_lib, (const float*)in_v4_bias, (const float*)in_p0, (float*)out_v8);
   return (int)cudaGetLastError();
 }
 """
-_KERNEL_ARGS = {'k0': 4, 'k0_cl': 4}
+_KERNEL_ARGS = {'k0': 5, 'k0_cl': 5}
 
 def _tw_build():
     """Compile _CUDA_SRC once per content hash (load_inline caches it) and open it with ctypes."""
@@ -318,8 +323,34 @@ def _tw_conv(module, site, x, w, *args, to=torch.contiguous_format):
         packed = plan[1] = (key, w.contiguous(memory_format=cfg[0]), w)
     return _tw_conv_run(x, packed[1], args, cfg, to)
 
+
+def _tw_shape_note(module, built):
+    """Warn once per module where an input's shape is not one the kernels were built for. `built`:
+    (name, value, shape) per tensor input; a None in the shape is a size the kernels take at run time."""
+    for name, t, shape in built:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.dim() != len(shape):
+            what = f"{name} has {t.dim()} dims, not {len(shape)}"
+        else:
+            dims = [d for d, (a, b) in enumerate(zip(t.shape, shape)) if b is not None and a != b]
+            if not dims:
+                continue
+            what = f"{name}.shape[{dims[0]}] is {t.shape[dims[0]]}, not {shape[dims[0]]}"
+        import sys  # NOTE: here, so the file's imports stay as they were
+        import warnings
+
+        depth, frame = 2, sys._getframe(2)  # NOTE: 1 is forward; the warning names the caller's line, past nn.Module's
+        while frame is not None and "torch" in frame.f_code.co_filename and "nn" in frame.f_code.co_filename:
+            depth, frame = depth + 1, frame.f_back
+        module.__dict__["_tw_warned"] = True
+        warnings.warn(f"torchweld: {type(module).__name__}: {what} (the kernels are built for {name} of shape "
+                      f"{tuple('any' if s is None else s for s in shape)}): this call, and others like it, run the "
+                      "original forward (correct, not faster); this is said once", stacklevel=depth + 1)
+        return
+
 def _k0(a_v4_lib, a_v4_bias, a_p0):
-    """k0: 3 fused ops over (16, 64, 32, 64, 64); see its CUDA source above."""
+    """k0: 3 fused ops over (batch, 64, 32, 64, 64); see its CUDA source above."""
     cl = a_v4_lib.stride() == (8388608, 1, 262144, 4096, 64)
     if not cl:  # NOTE: the convolution ran NCHW (no copy), or other strides: laid out as captured
         if not a_v4_lib.is_contiguous():
@@ -330,9 +361,9 @@ def _k0(a_v4_lib, a_v4_bias, a_p0):
         a_p0 = a_p0.contiguous()
     out_v8 = torch.empty_like(a_v4_lib, memory_format=torch.contiguous_format)
     if cl:
-        err = _LIB.tw_launch_k0_cl(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v8.data_ptr(), int(a_v4_lib.data_ptr() % 16 == 0), _tw_stream(a_v4_lib.get_device()))
+        err = _LIB.tw_launch_k0_cl(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v8.data_ptr(), out_v8.numel(), int(a_v4_lib.data_ptr() % 16 == 0), _tw_stream(a_v4_lib.get_device()))
     else:
-        err = _LIB.tw_launch_k0(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v8.data_ptr(), int(a_v4_lib.data_ptr() % 16 == 0), _tw_stream(a_v4_lib.get_device()))
+        err = _LIB.tw_launch_k0(a_v4_lib.data_ptr(), a_v4_bias.data_ptr(), a_p0.data_ptr(), out_v8.data_ptr(), out_v8.numel(), int(a_v4_lib.data_ptr() % 16 == 0), _tw_stream(a_v4_lib.get_device()))
     if err:
         _tw_fail('k0', err)
     return out_v8,
@@ -354,12 +385,17 @@ class ModelNew(nn.Module):
         p0 = self._parameters['bias']  # self.bias
         p1 = self._modules['conv_transpose']._parameters['weight']  # self.conv_transpose.weight
         p2 = self._modules['conv_transpose']._parameters['bias']  # self.conv_transpose.bias
-        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.
+        # NOTE: kernels are specialised to the captured shapes and register no backward: other inputs,
+        # and calls autograd would record, take the general path.
         if (not self._tw_same_init
-                or x.shape != (16, 32, 16, 32, 32) or x.dtype != torch.float32
+                or x.shape[1:] != (32, 16, 32, 32) or x.dtype != torch.float32
+                or not 0 < x.shape[0] <= 255
                 or not x.is_cuda or x.get_device() != torch.cuda.current_device()
                 or p2.dtype != torch.float32 or p2.get_device() != x.get_device()
-                or p0.dtype != torch.float32 or p0.get_device() != x.get_device()):
+                or p0.dtype != torch.float32 or p0.get_device() != x.get_device()
+                or torch.is_grad_enabled() and (x.requires_grad or p0.requires_grad or p1.requires_grad or p2.requires_grad)):
+            if "_tw_warned" not in self.__dict__:
+                _tw_shape_note(self, (('x', x, (None, 32, 16, 32, 32)),))
             return self._tw_general(x)
         v4_lib = _tw_conv(self, 0, x, p1, None, [2, 2, 2], [1, 1, 1], [1, 1, 1], True, [1, 1, 1], 1, to=None)  # library; channels-last goes on as made
         v8, = _k0(v4_lib, p2, p0)  # v4 = add(v4_lib, v4_bias); v6 = fma(v4, 2.0, p0); v8 = fma(v6, v4, v4)

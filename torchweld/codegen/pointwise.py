@@ -37,15 +37,18 @@ def source(kernel: Kernel, graph: Graph) -> str:
     itype = "u" if max([n] + [reach(nodes[o.name]) for o in ops]) < 2**31 else "ull"  # NOTE: a slice reads past n
     ctype_i = "unsigned int" if itype == "u" else "unsigned long long"
     body = [_kernel(kernel, nodes, ops, v, n, itype, ctype_i) for v in sorted({1, vec})]
-    head = header(kernel, nodes, f"fuses {len(kernel.nodes)} ops over {tuple(kernel.shape)}")
-    return head + "\n".join(body) + _launcher(kernel, nodes, vec, n)
+    over = f"(any batch) x {tuple(kernel.shape[1:])}" if kernel.batch else f"{tuple(kernel.shape)}"
+    head = header(kernel, nodes, f"fuses {len(kernel.nodes)} ops over {over}")
+    return head + "\n".join(body) + _launcher(kernel, nodes, vec, n, ctype_i)
 
 
 def _kernel(kernel, nodes, ops, vec, n, itype, ctype_i) -> str:
     fname = f"{kernel.name}_v{vec}"
-    lines = [f"__global__ void __launch_bounds__({THREADS}) {fname}({params(kernel, nodes)[0]}) {{",
+    # NOTE: a runtime batch changes only the element count: dim 0 is outermost, so no index takes it modulo
+    count = (f", const {ctype_i} n", f"n / {vec}{itype}" if vec > 1 else "n") if kernel.batch else ("", f"{n // vec}{itype}")
+    lines = [f"__global__ void __launch_bounds__({THREADS}) {fname}({params(kernel, nodes)[0]}{count[0]}) {{",
              f"  const {ctype_i} t = ({ctype_i})blockIdx.x * {THREADS}{itype} + threadIdx.x;",
-             f"  if (t >= {n // vec}{itype}) return;",
+             f"  if (t >= {count[1]}) return;",
              f"  const {ctype_i} i0 = t * {vec}{itype};"]
     classes = {o.name: (vec_class(o, vec) if vec > 1 else "gather") for o in ops}
     for o in ops:
@@ -78,8 +81,16 @@ def _kernel(kernel, nodes, ops, vec, n, itype, ctype_i) -> str:
     return "\n".join(lines)
 
 
-def _launcher(kernel, nodes, vec, n) -> str:
+def _launcher(kernel, nodes, vec, n, ctype_i) -> str:
     _, ptrs, call = params(kernel, nodes)
+    if kernel.batch:  # NOTE: the element count follows the pointers (ctypes passes it as one more pointer-sized value)
+        return "\n".join([
+            f'extern "C" int tw_launch_{kernel.name}({ptrs}, unsigned long long n, int vec, void* stream) {{',
+            "  cudaStream_t s = (cudaStream_t)stream;",
+            *([f"  if (vec && n % {vec}ull == 0) {kernel.name}_v{vec}<<<(unsigned)((n / {vec}ull + {THREADS - 1}ull) / "
+               f"{THREADS}ull), {THREADS}, 0, s>>>({call}, ({ctype_i})n);", "  else "] if vec > 1 else ["  "]),
+            f"{kernel.name}_v1<<<(unsigned)((n + {THREADS - 1}ull) / {THREADS}ull), {THREADS}, 0, s>>>({call}, ({ctype_i})n);",
+            "  return (int)cudaGetLastError();", "}\n"]).replace("\n  else \n", "\n  else ").replace("\n  \n", "\n  ")
     lines = [f'extern "C" int tw_launch_{kernel.name}({ptrs}, int vec, void* stream) {{',
              "  cudaStream_t s = (cudaStream_t)stream;"]
     if vec > 1:

@@ -47,13 +47,17 @@ def source(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> str:
     builds = sorted({(1, 1), (t.vl, t.vs)})
     body = [_build(k, nodes, ops, t, vl, vs, f"{name}_v{max(vl, vs)}", itype, it) for vl, vs in builds]
     _, ptrs, casts = params(k, nodes)
-    launch = [f'extern "C" int tw_launch_{name}({ptrs}, int vec, void* stream) {{',
+    # NOTE: a runtime batch is the outer index O alone (no index takes it modulo): it sets the block count
+    count = ", unsigned long long n" if k.batch else ""
+    blocks = (f"(unsigned)(n / {t.C * t.P}ull) * {t.blocks // t.O}u" if k.batch else f"{t.blocks}u")
+    launch = [f'extern "C" int tw_launch_{name}({ptrs}{count}, int vec, void* stream) {{',
               "  cudaStream_t s = (cudaStream_t)stream;"]
-    calls = [f"{name}_v{max(vl, vs)}<<<{t.blocks}u, {THREADS}, 0, s>>>({casts});" for vl, vs in builds]
+    calls = [f"{name}_v{max(vl, vs)}<<<{blocks}, {THREADS}, 0, s>>>({casts});" for vl, vs in builds]
     launch += [f"  if (vec) {calls[1]}", f"  else {calls[0]}"] if len(calls) > 1 else ["  (void)vec;", f"  {calls[0]}"]
     launch += ["  return (int)cudaGetLastError();", "}\n"]
     head = header(replace(k, name=name), nodes,
-                  f"the channels-last build of {k.name}; fuses {len(k.nodes)} ops over {tuple(k.shape)}")
+                  f"the channels-last build of {k.name}; fuses {len(k.nodes)} ops over "
+                  + (f"(any batch) x {tuple(k.shape[1:])}" if k.batch else f"{tuple(k.shape)}"))
     return head + "\n".join(body) + "\n".join(launch)
 
 

@@ -1,6 +1,8 @@
 """ModelNew.forward: its guard, then the plan's steps, each a library call or a kernel's wrapper."""
 from __future__ import annotations
 
+import ast
+
 import torch
 
 from torchweld.codegen import torch_expr
@@ -14,12 +16,18 @@ from torchweld.plan.memory import COPY
 from torchweld.simplify.conv_fold import FOLD, describe_stages, fold_call
 
 
-def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool) -> list[str]:
-    """Forward's guard, one condition each: any true one sends the call to the original forward."""
+def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool, fetched: frozenset = frozenset()) -> list[str]:
+    """Forward's guard, one condition each: any true one sends the call to the original forward.
+
+    `fetched`: the parameters forward has already fetched into locals of their node names."""
     nodes = plan.graph.by_name()
     tensors = [n for n in inputs if n.attr("value") is None]
     conds = ["not self._tw_same_init"] * same_init + [
-        f"{n.target}.shape != {tuple(n.shape)!r} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
+        f"{_shape_test(n, plan)} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
+    if plan.guard.batch and tensors:  # NOTE: the batch is a runtime size: the same in every input, 1 to the largest
+        first = tensors[0].target
+        conds.append(f"not 0 < {first}.shape[0] <= {plan.guard.batch[1]}")
+        conds += [f"{n.target}.shape[0] != {first}.shape[0]" for n in tensors[1:]]
     conds += [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]
     if tensors:  # NOTE: kernels launch on the current device: every tensor they read must live there
         first = tensors[0].target
@@ -29,7 +37,57 @@ def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool) -> list[st
                   f"{expr(Ref(p), nodes)}.get_device() != {first}.get_device()" for p in plan.guard.params]
         conds += [f"{expr(Ref(p), nodes)}.shape != {tuple(nodes[p].shape)!r}" for p in plan.guard.shapes]
     conds += [f"{module_path(m)}.training is not {t}" for m, t in plan.guard.modes]
+    grads = [f"{n.target}.requires_grad" for n in tensors]
+    grads += [f"{p if p in fetched else state_path(nodes[p])}.requires_grad" for p in plan.guard.grads]
+    if grads:  # NOTE: kernels register no backward: where autograd would record the call, the original runs
+        conds.append("torch.is_grad_enabled() and (" + "\n                    or ".join(
+            " or ".join(grads[i:i + 4]) for i in range(0, len(grads), 4)) + ")")
     return conds
+
+
+def _uncaptured(signature: str, inputs: list[Node]) -> tuple[list[str], str]:
+    """(guard conditions, `_tw_general`'s arguments): forward's parameters the trace was not given (their
+    defaults) must still have their default values for the kernels to run, and reach the original forward."""
+    args = ast.parse(f"def forward({signature}): pass").body[0].args
+    positional = args.posonlyargs + args.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    captured = {n.target for n in inputs}
+    conds = []
+    for name, default in defaults.items():
+        if name in captured:
+            continue
+        try:
+            value = ast.literal_eval(default)
+        except ValueError:
+            value = ...
+        if value is None or isinstance(value, bool):
+            conds.append(f"{name} is not {value!r}")
+        elif isinstance(value, (int, float, str)) and repr(value) == ast.unparse(default):
+            conds.append(f"{name}.__class__ is not {type(value).__name__} or {name} != {value!r}")
+        else:  # NOTE: a default that is no constant: any call may change it, so the kernels never run
+            conds.append("True")
+    names = [a.arg for a in positional[1:]] + [f"{a.arg}={a.arg}" for a in args.kwonlyargs]
+    if not set(defaults) - captured:  # NOTE: every parameter captured: the call stays as it was
+        names = [n.target for n in inputs]
+    return conds, ", ".join(names)
+
+
+def _shape_test(n: Node, plan: Plan) -> str:
+    """The guard's test of input `n`'s shape: every dim, or those after the batch where it is a runtime size."""
+    if plan.guard.batch:
+        return f"{n.target}.shape[1:] != {tuple(n.shape[1:])!r}"
+    return f"{n.target}.shape != {tuple(n.shape)!r}"
+
+
+def _note_lines(tensors: list[Node], plan: Plan) -> list[str]:
+    """The fallback's warning, once per module, where an input's shape is not the kernels' (runtime/shape_note.py)."""
+    if not tensors:
+        return []
+    batch = bool(plan.guard.batch)
+    built = ", ".join(f"({n.target!r}, {n.target}, {((None,) * batch + tuple(n.shape[batch:]))!r})" for n in tensors)
+    return ['            if "_tw_warned" not in self.__dict__:',
+            f"                _tw_shape_note(self, ({built},))"]
 
 
 def _conv_to(handed_on: str | None) -> str:
@@ -57,14 +115,17 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
                                                                 (nodes[step].inputs() if step in nodes else ()))}
     state = [n for n in graph.nodes if n.op == "param" and n.name in used]
     tensors = [n for n in inputs if n.attr("value") is None]
-    guard = "\n                or ".join(guard_conditions(plan, inputs, same_init)) or "False"
-    arg_names = ", ".join(n.target for n in inputs)
+    fetched = frozenset(n.name for n in state)
+    extra, arg_names = _uncaptured(signature, inputs)
+    guard = "\n                or ".join(guard_conditions(plan, inputs, same_init, fetched) + extra) or "False"
     body = [f"    def forward({signature}):",
             *(["        # NOTE: parameters and buffers are fetched once, by dict lookups (`self.conv.weight`"
                " costs microseconds)."] if state else []),
             *[f"        {n.name} = {state_path(n)}  # self.{n.target}" for n in state],
-            "        # NOTE: kernels are specialised to the captured shapes; other inputs take the general path.",
+            "        # NOTE: kernels are specialised to the captured shapes and register no backward: other inputs,",
+            "        # and calls autograd would record, take the general path.",
             f"        if ({guard}):",
+            *_note_lines(tensors, plan),
             f"            return self._tw_general({arg_names})"]
     if plan.held or any(isinstance(a, torch.device) for n in graph.nodes
                         for a in flat_args(n.args + tuple(v for _, v in n.attrs))):  # NOTE: `_tw_held` is keyed on it

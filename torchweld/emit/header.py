@@ -66,7 +66,11 @@ def header(plan: Plan, problem_name: str, options: Options = Options(), repeats:
                   "buffers meanwhile."]
     elif options.cuda_graph and plan.graph_blockers:
         lines.append("CUDA graph: asked for but not used: " + "; ".join(plan.graph_blockers) + ".")
-    lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`)."]
+    lines += ["Inputs of other shapes, dtypes or devices run the original forward (`_tw_general`).",
+              *_shape_lines(plan),
+              "Training: the kernels register no backward, so where grad mode is on and an input or parameter requires",
+              "grad, forward runs the original forward (autograd as eager); the kernels run under torch.no_grad(),",
+              "torch.inference_mode(), or with requires_grad off."]
     return '"""' + "\n".join(lines) + '\n"""'
 
 
@@ -112,3 +116,17 @@ def _kernel_lines(plan: Plan, repeats: dict[str, str]) -> list[str]:
             shown = ", ".join(again[:3]) + (", ..., " + again[-1] if len(again) > 3 else "")
             lines.append(f"  {shown}: {k.name}'s code again, over their own tensors ({len(again) + 1} launches of one kernel)")
     return lines
+
+
+def _shape_lines(plan: Plan) -> list[str]:
+    """Which dims of which inputs the kernels are specialised to (runtime/shape_note.py warns, once, on another)."""
+    tensors = [n for n in plan.graph.nodes if n.op == "input" and n.attr("value") is None]
+    if not tensors:
+        return []
+    if plan.guard.batch:
+        dims = "; ".join(f"{n.target} (batch, {', '.join(map(str, n.shape[1:]))})" for n in tensors)
+        return [f"Runtime dims: the batch (dim 0 of every input; captured {plan.guard.batch[0]}), any size from 1 to "
+                f"{plan.guard.batch[1]:,}: the kernels take their element count at run time.",
+                f"Specialised dims: the others, {dims}; the first call of another shape warns once, naming the dim."]
+    dims = "; ".join(f"{n.target} {tuple(n.shape)}" for n in tensors)
+    return [f"Specialised dims: every dim of {dims}; the first call of another shape warns once, naming the dim."]

@@ -21,13 +21,14 @@ IMPORTS = ["import torch", "import torch.nn as nn", "import torch.nn.functional 
 
 
 def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(),
-         init_args: list | None = None) -> str:
+         init_args: list | None = None, config: str | None = None) -> str:
     """The ModelNew file for `plan` (made by plan.plan with `options`), keeping the problem's
     constructor and forward signature.
 
     `options.precision`: the header says which; under TF32 the fast path runs with TF32 allowed in
     cuBLAS and cuDNN. `init_args`: the constructor arguments the graph was captured with (a ModelNew
-    built with others runs the original forward)."""
+    built with others runs the original forward). `config`: where there are no `init_args`, the
+    captured module's `_tw_config` (runtime/config.py): a ModelNew of another runs the original forward."""
     keep, model, lines = source_parts(source)
     model_methods = methods(model)
     fwd = model_methods["forward"]
@@ -40,7 +41,7 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     out = [header(plan, problem_name, options, same), "import ctypes", "import hashlib", "import inspect", "", *IMPORTS]
     out += [s for s in keep if s.strip() and s.strip() not in out]
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, graph).workspace > 0)
-              for k in kernels}
+              + (k.batch > 0) for k in kernels}  # NOTE: a runtime batch's element count goes as one more
     n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in kernels if plan.layouts.of(k)})
     ours = [k for k in plan.kernels if k.kind == "gemm"]
     n_ptrs.update({k.name: len(built(site_of(k, plan), graph).args) for k in ours})
@@ -52,18 +53,22 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     timed = plan.timed_gemm_sites
     runtime = [("site_timing", (plan.conv_sites or timed) and not ours), ("conv_run", plan.conv_sites),
                ("gemm_way_pick", timed), ("fold", any(n.op == FOLD for n in graph.nodes)), ("pack", plan.packed_weights),
-               ("tf32", options.precision is Precision.TF32), ("graph", plan.cuda_graph)]
+               ("tf32", options.precision is Precision.TF32), ("graph", plan.cuda_graph),
+               ("shape_note", any(n.op == "input" and n.attr("value") is None for n in graph.nodes))]
     for name, needed in runtime:
         if needed:
             out += ["", pasted(name), ""]
     out += [wrapper(k, plan) + "\n\n" for k in kernels]
     out += [gemm_ways_function(site, plan.kernel(name), plan) + "\n\n" for name, site in timed.items()
             if name not in same]
-    out.append("class ModelNew(nn.Module):")
+    same_init = init_check(model_methods.get("__init__"), init_args)
+    if not same_init and config is not None and "__init__" in model_methods:
+        same_init = f"self._tw_same_init = _tw_config(self) == {config!r}"
+        out += [pasted("config") + "\n\n"]
+    out.append(f"class ModelNew({_bases(model)}):")
     doc = ast.get_docstring(model)
     if doc:
-        out.append(f'    """{doc}"""')
-    same_init = init_check(model_methods.get("__init__"), init_args)
+        out.append('    """' + doc.replace("\\", "\\\\") + '"""')  # NOTE: a raw docstring's backslashes, escaped
     for name, f in model_methods.items():
         if name == "__init__" and same_init:
             out.append(init_method(lines, f, same_init))
@@ -89,9 +94,15 @@ def emit_passthrough(source: str, problem_name: str, reason: str) -> str:
            "Nothing fused: the compiler could not handle this model, so forward is the original code.",
            f"Reason: {why}", '"""', *IMPORTS]
     out += [s for s in keep if s.strip() and s.strip() not in out]
-    out += ["", "", "class ModelNew(nn.Module):"]
+    out += ["", "", f"class ModelNew({_bases(model)}):"]
     doc = ast.get_docstring(model)
     if doc:
-        out.append(f'    """{doc}"""')
+        out.append('    """' + doc.replace("\\", "\\\\") + '"""')  # NOTE: a raw docstring's backslashes, escaped
     out += [method_source(lines, f) + "\n" for f in model_methods.values()]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _bases(model: ast.ClassDef) -> str:
+    """Model's base classes as written (a problem's is nn.Module; a module given to torchweld.compile may
+    derive from another, whose methods ModelNew needs too)."""
+    return ", ".join(ast.unparse(b) for b in model.bases) or "nn.Module"

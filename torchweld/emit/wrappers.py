@@ -173,7 +173,7 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
     outs = [(o, nodes[o].dtype) for o in k.outputs]
     lines = [
         f"def _{k.name}({params}):",
-        f'    """{k.name}: {len(k.nodes)} fused ops over {tuple(k.shape)}; see its CUDA source above."""',
+        f'    """{k.name}: {len(k.nodes)} fused ops over {_over(k)}; see its CUDA source above."""',
         *(_pick_build(cl_strides, nodes) if cl_strides else []),
         *_prepare([o.name for o in ops if o.name not in cl_strides], nodes),
     ]
@@ -182,6 +182,10 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
     allocs = [into_alloc.pop(0) if o in into else
               f"    out_{o} = a_{over[o]}  # NOTE: {over[o]} is read here alone, each element before it is written"
               if o in over else _allocate(o, k.shape, dt, [nodes[p.name] for p in ops]) for o, dt in outs]
+    if k.batch:  # NOTE: the batch is a runtime size: outputs not made like an operand take it from one
+        carrier = next(p.name for p in ops if nodes[p.name].shape[:1] == (k.batch,))
+        allocs = [a.replace(f"torch.empty({tuple(k.shape)!r}", f"torch.empty((a_{carrier}.shape[0], *{tuple(k.shape[1:])!r})")
+                  for a in allocs]
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{ops[0].name}.device" if ops else "    dev = torch.device('cuda')")
     lines += allocs
@@ -189,6 +193,7 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
     checks = [f"{a}.data_ptr() % {align[a]} == 0" for a in aligned]
     vec_arg = "0" if vec == 1 else f"int({' and '.join(checks)})" if checks else "1"
     ptrs = [f"a_{o.name}.data_ptr()" for o in ops] + [f"out_{o}.data_ptr()" for o, _ in outs]
+    ptrs += [f"out_{outs[0][0]}.numel()"] * bool(k.batch)
     cl_vec = None
     if cl_strides:
         cl_aligned = variant_aligned(k, graph, cl_strides)
@@ -197,3 +202,8 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
     ret = ", ".join(f"out_{o}" for o, _ in outs)
     lines.append(f"    return {ret}{',' if len(outs) == 1 else ''}")
     return "\n".join(lines)
+
+
+def _over(k: Kernel) -> str:
+    """The iteration shape, its batch said where that is a runtime size."""
+    return f"(batch, {', '.join(map(str, k.shape[1:]))})" if k.batch else f"{tuple(k.shape)}"

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from torchweld.ir import Graph, Plan
 from torchweld.options import Options
-from torchweld.plan import conv_layout, conv_sites, gemm_ours, gemm_pack, gemm_sites, guard, memory
+from torchweld.plan import batch, conv_layout, conv_sites, gemm_ours, gemm_pack, gemm_sites, guard, memory
 from torchweld.plan.describe import describe
 from torchweld.plan.held import held_values, masked
 from torchweld.plan.partition import NEVER_FUSED, can_fuse, partition
@@ -42,7 +42,8 @@ def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check
         g = replace(g, params=tuple(dict.fromkeys(g.params + tuple(made_from))))
     if ours:
         g = replace(g, params=gemm_ours.params_read(p, g.params))
-    return replace(p, guard=g, graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)
+    p = replace(p, guard=g, graph_blockers=blockers, cuda_graph=options.cuda_graph and not blockers)
+    return batch.runtime_batch(p)  # NOTE: last: it reads the layouts and whether the fast path is a CUDA graph
 
 
 def _packed(p: Plan) -> dict[str, str]:

@@ -54,6 +54,10 @@ def decisions(plan: Plan) -> str:
     guard = [f"dtype and device: {', '.join(param(p) for p in plan.guard.params)}"] * bool(plan.guard.params)
     guard += [f"shape: {param(p)} (a depthwise kernel is built for it)" for p in plan.guard.shapes]
     guard += [f"mode: {m or 'the model'} in {'training' if t else 'eval'} mode" for m, t in plan.guard.modes]
+    guard += [f"batch: dim 0 of every input, a runtime size from 1 to {plan.guard.batch[1]:,} (captured "
+              f"{plan.guard.batch[0]}; plan/batch.py); the other dims as captured"] if plan.guard.batch else []
+    guard += [f"grad mode: with it on, none of the inputs, {', '.join(param(p) for p in plan.guard.grads)} requires grad"
+              if plan.guard.grads else "grad mode: with it on, no input requires grad"]
     parts = [  # (what, how it runs, entries, what to say where there are none)
         ("Convolution sites", "`_tw_conv` runs each in NCHW or channels-last, cuDNN's heuristic or benchmarked "
          "algorithm, whichever is measured fastest at its first call", sites,

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from torchweld.capture.recurrent import modes as recurrent_modes
-from torchweld.ir import VIEWS, Graph, Guard, Plan, Ref
+from torchweld.ir import LIBRARY, Graph, Guard, Node, Plan, Ref, flat_args
 from torchweld.simplify.conv_fold import fold_source
 
 
 def guard(plan: Plan) -> Guard:
-    """The parameters the kernels read, those a kernel is built for the shape of, and the norms'
-    modes the captured graph depends on."""
+    """The parameters the kernels read, those a kernel is built for the shape of, the norms' modes
+    the captured graph depends on, and every parameter and buffer forward reads (for grad mode)."""
     nodes = plan.graph.by_name()
     params = kernel_params(plan)
     # NOTE: a depthwise kernel is built for its weight's shape (kernel size, channels): another one
@@ -18,7 +18,10 @@ def guard(plan: Plan) -> Guard:
     modes = norm_modes(plan.graph) + recurrent_modes(plan.graph)
     held = held_state(plan.graph)  # NOTE: not moved by .cuda() or replaced by forward: checked whole
     params += tuple(p for p in held if p not in params)
-    return Guard(params, tuple(p for p in params if p in weights or p in held), modes)
+    # NOTE: kernels register no backward and runtime helpers (folds, packs) make their tensors under no_grad:
+    # where autograd would record anything, the original forward runs.
+    grads = tuple(n.name for n in plan.graph.nodes if n.op == "param" and ("float" in n.dtype or "complex" in n.dtype))
+    return Guard(params, tuple(p for p in params if p in weights or p in held), modes, grads)
 
 
 def held_state(graph: Graph) -> tuple[str, ...]:
@@ -33,20 +36,33 @@ def held_state(graph: Graph) -> tuple[str, ...]:
 
 
 def kernel_params(plan: Plan) -> tuple[str, ...]:
-    """Each parameter a kernel reads, directly or through a view (a bias moved into the kernel), or
-    through a fold (the weight it was folded from)."""
+    """Each parameter a kernel reads, directly, through the aten calls before it that run in PyTorch
+    (views such as a select, a slice or a transpose; a bias moved into the kernel), or through a fold
+    (the weight it was folded from)."""
     nodes = plan.graph.by_name()
-    found = []
+    found: list[str] = []
     for k in plan.kernels:
         for a in k.inputs:
-            n = nodes[a]
-            if n.op == "aten" and n.target in VIEWS and n.args and isinstance(n.args[0], Ref):
-                n = nodes[n.args[0]]
-            if fold_source(n.name, nodes):  # NOTE: a folded tensor has its conv weight's dtype and device
-                n = nodes[fold_source(n.name, nodes)]
-            if n.op == "param" and n.name not in found:
-                found.append(n.name)
+            for n in _reached(nodes[a], nodes):
+                if n.op == "param" and n.name not in found:
+                    found.append(n.name)
     return tuple(found)
+
+
+def _reached(n: Node, nodes: dict[str, Node]) -> list[Node]:
+    """`n` and the values it is made from in PyTorch outside a library call (whose own checks hold)."""
+    out, todo, seen = [], [n], set()
+    while todo:
+        n = todo.pop()
+        if n.name in seen:
+            continue
+        seen.add(n.name)
+        if fold_source(n.name, nodes):  # NOTE: a folded tensor has its conv weight's dtype and device
+            n = nodes[fold_source(n.name, nodes)]
+        out.append(n)
+        if n.op in ("aten", "getitem") and n.target not in LIBRARY:
+            todo += [nodes[r] for r in flat_args(n.args) if isinstance(r, Ref)]
+    return out
 
 
 def norm_modes(graph: Graph) -> tuple[tuple[str, bool], ...]:

@@ -1,0 +1,216 @@
+"""Shapes: the header says which dims the kernels are specialised to, and the first call that another
+shape sends to the original forward warns once, naming the dim and its value (CPU emulator)."""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+from emulator import GXX, emulated_model, write_problem
+
+CHAIN = '''"""A pointwise chain with a broadcast parameter."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(24))
+
+    def forward(self, x, y):
+        return torch.relu(x * 2.0 + self.bias) - y
+
+
+def get_inputs():
+    return [torch.randn(6, 10, 24), torch.randn(6, 10, 24)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shapes")
+    return emulated_model(write_problem(tmp, "chain", CHAIN), tmp)
+
+
+def _calls(new, shapes):
+    """The warnings each call gives, and whether its kernels ran."""
+    lib = sys.modules[type(new).__module__]._LIB
+    out = []
+    for shape in shapes:
+        del lib.launched[:]
+        x, y = torch.randn(shape), torch.randn(shape)
+        with warnings.catch_warnings(record=True) as said, torch.no_grad():
+            warnings.simplefilter("always")
+            got = new(x, y)
+        assert torch.allclose(got, torch.relu(x * 2.0 + new.bias) - y, atol=1e-6)
+        out.append(([str(w.message) for w in said], bool(lib.launched)))
+    return out
+
+
+def test_header_names_the_specialised_dims(chain):
+    _, result = chain
+    assert "Specialised dims: the others, x (batch, 10, 24); y (batch, 10, 24)" in result.source
+    assert "Runtime dims: the batch (dim 0 of every input; captured 6), any size from 1 to 8,947,848" in result.source
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+def test_first_fallback_for_a_shape_warns_once_naming_the_dim(chain):
+    new_cls, _ = chain
+    new = new_cls()
+    calls = _calls(new, [(6, 10, 24), (6, 11, 24), (6, 11, 24), (3, 10, 24), (6, 10, 24)])
+    said = [s for s, _ in calls]
+    assert said[0] == [] and said[2:] == [[], [], []], said
+    assert len(said[1]) == 1 and "x.shape[1] is 11, not 10" in said[1][0] and "once" in said[1][0]
+    assert [ran for _, ran in calls] == [True, False, False, True, True]  # another batch runs the kernels
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+def test_other_fallbacks_do_not_use_up_the_warning(chain):
+    new_cls, _ = chain
+    new = new_cls()
+    with torch.enable_grad():
+        new(torch.randn(6, 10, 24), torch.randn(6, 10, 24))  # grad mode: the original forward, no word
+    said = _calls(new, [(6, 12, 24)])[0][0]
+    assert len(said) == 1 and "x.shape[1] is 12, not 10" in said[0]
+
+
+LINEAR = '''"""A linear, a bias and a pointwise chain: the batch reaches the kernel through the GEMM."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(20, 36)
+        self.scale = nn.Parameter(torch.rand(36) + 0.5)
+
+    def forward(self, x, y):
+        return torch.tanh(self.fc(x) * self.scale) + torch.sigmoid(y)
+
+
+def get_inputs():
+    return [torch.randn(8, 20), torch.randn(8, 36)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+@pytest.mark.parametrize("body,rest", [(CHAIN, [(10, 24), (10, 24)]), (LINEAR, [(20,), (36,)])], ids=["chain", "linear"])
+def test_one_emission_runs_its_kernels_at_other_batch_sizes(tmp_path, body, rest):
+    """The batch is a runtime size: batch sizes 1, 3, the captured one and 5x it (odd element counts take
+    the scalar build) run the kernels, silently, and match eager."""
+    path = write_problem(tmp_path, "batch", body)
+    new_cls, result = emulated_model(path, tmp_path)
+    captured = result.plan.graph.by_name()["x0"].shape[0] if "x0" in result.plan.graph.by_name() else None
+    assert result.plan.guard.batch and all(k.batch for k in result.plan.kernels), result.plan.guard
+    assert "Runtime dims: the batch" in result.source
+    namespace: dict = {}
+    exec(body, namespace)
+    torch.manual_seed(0)
+    ref = namespace["Model"]()
+    new = new_cls()
+    new.load_state_dict(ref.state_dict())
+    lib = sys.modules[type(new).__module__]._LIB
+    b = result.plan.guard.batch[0]
+    for batch in (1, 3, b, 5 * b):
+        xs = [torch.randn(batch, *r) for r in rest]
+        del lib.launched[:]
+        with warnings.catch_warnings(record=True) as said, torch.no_grad():
+            warnings.simplefilter("always")
+            got, want = new(*xs), ref(*xs)
+        assert lib.launched and not said, (batch, said)
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5), batch
+    assert captured in (None, b)
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+def test_beyond_the_largest_batch_takes_the_original(chain):
+    new_cls, result = chain
+    assert result.plan.guard.batch == (6, (2**31 - 1) // 240)
+    source = result.source
+    assert "not 0 < x.shape[0] <= 8947848" in source and "y.shape[0] != x.shape[0]" in source
+
+
+def test_a_batch_mixed_with_other_dims_stays_specialised(tmp_path):
+    """A reduction over dim 0 (or a view, a norm) reads the batch as more than a count: every dim stays specialised."""
+    from torchweld.pipeline import compile_problem
+    from torchweld.problem import load_problem
+
+    body = CHAIN.replace("return torch.relu(x * 2.0 + self.bias) - y", "return torch.relu(x * 2.0 + self.bias).sum(0) - y[0]")
+    result = compile_problem(load_problem(write_problem(tmp_path, "mixed", body)))
+    assert result.plan.guard.batch == () and not any(k.batch for k in result.plan.kernels)
+    assert "Specialised dims: every dim of x (6, 10, 24)" in result.source
+
+
+CONV = '''"""A convolution, then a pointwise chain with a per-channel bias and the residual input."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.bias = nn.Parameter(torch.randn(8, 1, 1))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x) + self.bias) * 0.5 + x
+
+
+def get_inputs():
+    return [torch.randn(4, 8, 6, 5)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_conv_epilogue_at_other_batch_sizes(tmp_path, channels_last):
+    """Both builds of the kernel after a convolution (NCHW, and `_cl` reading its channels-last
+    output) take the batch at run time."""
+    from emulator import force_conv_layout
+
+    path = write_problem(tmp_path, "conv", CONV)
+    new_cls, result = emulated_model(path, tmp_path)
+    assert result.plan.guard.batch and result.plan.layouts.of(result.plan.kernels[0])
+    namespace: dict = {}
+    exec(CONV, namespace)
+    torch.manual_seed(0)
+    ref = namespace["Model"]()
+    new = new_cls()
+    new.load_state_dict(ref.state_dict())
+    force_conv_layout(new, channels_last)
+    lib = sys.modules[type(new).__module__]._LIB
+    for batch in (1, 4, 7):
+        x = torch.randn(batch, 8, 6, 5)
+        del lib.launched[:]
+        with torch.no_grad():
+            got, want = new(x), ref(x)
+        assert lib.launched == ["k0_cl" if channels_last else "k0"], lib.launched
+        assert torch.allclose(got, want, atol=1e-5), batch
+
+
+def test_a_constant_made_from_the_batch_keeps_it_specialised(tmp_path):
+    """`x / x.size(0)` bakes the batch into the kernel: traced at another batch, the graph differs."""
+    from torchweld.pipeline import compile_problem
+    from torchweld.problem import load_problem
+
+    body = CHAIN.replace("return torch.relu(x * 2.0 + self.bias) - y", "return torch.relu(x / x.size(0) + self.bias) - y")
+    result = compile_problem(load_problem(write_problem(tmp_path, "sized", body)))
+    assert result.plan.guard.batch == () and "Specialised dims: every dim of x (6, 10, 24)" in result.source
+    same = compile_problem(load_problem(write_problem(tmp_path, "plain", CHAIN)))
+    assert same.plan.guard.batch == (6, 8947848)
