@@ -1,0 +1,229 @@
+"""The trusted side of the process boundary: starts the candidate's process (runner.py) in its sandbox and
+stands in for the candidate's models, so the stages can call `pair.cand` as they would a module.
+
+What this side keeps to itself: the problem, its Model and the reference's outputs, the inputs' seeds and
+values, the comparison, every clock that decides, and the result. What it sends: constructor arguments, a
+copy of the weights, the candidate's own inputs (shared memory or CUDA IPC from a memory pool of their own,
+so no handle reaches other memory of this process), and requests.
+"""
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from torchweld.judge import sandbox
+from torchweld.judge.channel import Channel, ChannelClosed
+from torchweld.judge.correctness import cheat
+from torchweld.runtime.site_timing import median
+
+
+class CandidateError(Exception):
+    """The candidate's code raised in its process; the message is its one line."""
+
+
+class RunnerDied(BaseException):
+    """The candidate's process ended (a crash, a signal, its own exit) while a request was open, or its CUDA
+    context broke. NOTE: a BaseException, so the stages' `except Exception` (a variant the candidate fails)
+    never takes it for one failed call: nothing after it is sound."""
+
+
+class Reply:
+    """One call's answer: outputs (None where a check caught the call), the candidate's ms, its checks' cheats."""
+
+    def __init__(self, d: dict):
+        self.outs, self.ms, self.cheats = d.get("outs"), d.get("ms"), d.get("cheats", [])
+
+    @property
+    def out(self):
+        return self.outs[0] if self.outs and len(self.outs) == 1 else self.outs
+
+
+class Remote:
+    """The candidate's process: one per judging run, every model of the candidate lives in it."""
+
+    def __init__(self, device: str, scratch: Path, repo_root: str, limit_s: float, memory_gb: float):
+        self.device, self.cuda = device, device.startswith("cuda")
+        self.scratch, self.repo_root, self.limit_s, self.memory_gb = scratch, repo_root, limit_s, memory_gb
+        self.proc: subprocess.Popen | None = None
+        self.walls: list[tuple[float, float]] = []  # (trusted wall ms, the candidate's ms) of each timed call
+        self.rtt_ms = 0.0
+        self.pool = torch.cuda.MemPool() if self.cuda and hasattr(torch.cuda, "MemPool") else None
+        self._ids = 0
+        self.tier, self.notes = "none", []
+
+    # ---- the process ---------------------------------------------------------------------------
+    def start(self, tiers: list[str]) -> None:
+        """Start the runner in the strongest sandbox that lets it answer (and, on a GPU, share a tensor)."""
+        for tier in tiers:
+            try:
+                self._spawn(tier)
+                self._calibrate()
+                self.tier = tier
+                return
+            except (RunnerDied, CandidateError, OSError) as e:
+                self.notes.append(f"sandbox {tier} could not run the candidate's process ({e}); trying the next")
+                self.close()
+        raise RunnerDied("the candidate's process did not start")
+
+    def _spawn(self, tier: str) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd = [sys.executable, "-m", "torchweld.judge.runner", str(theirs.fileno()), self.device,
+               str(int(self.limit_s) + 5), str(int(self.memory_gb * 2**30))]
+        self.err_path = self.scratch / "runner.stderr"
+        with open(self.err_path, "ab") as err:
+            self.proc = subprocess.Popen(sandbox.wrap(tier, cmd, self.scratch), stdin=subprocess.DEVNULL,
+                                         stdout=err, stderr=err, cwd=self.scratch,
+                                         env=sandbox.runner_env(self.scratch, self.repo_root),
+                                         pass_fds=(theirs.fileno(),))
+        theirs.close()
+        self.ch = Channel(mine)
+
+    def _calibrate(self, n: int = 12) -> None:
+        """The round trip of a request carrying a tensor each way, before any candidate code exists: what
+        a timed call's wall time holds besides the call."""
+        probe = self.share([torch.zeros(16)])[0]
+        walls = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            r = self.request({"op": "ping", "tensor": probe})
+            walls.append((time.perf_counter() - t0) * 1e3)
+            if not isinstance(r.get("echo"), torch.Tensor):
+                raise RunnerDied("the candidate's process could not receive a tensor")
+        self.runner_pid = r["pid"]
+        self.rtt_ms = median(walls[2:])
+        self.kids0 = sandbox.descendants(self.proc.pid)
+
+    def status(self) -> str:
+        """How the runner ended, in words (after it did)."""
+        rc = self.proc.poll() if self.proc else None
+        if rc is None:
+            return "the candidate's process closed its channel"
+        if rc < 0:
+            import signal
+
+            with contextlib.suppress(ValueError):
+                return f"the candidate's process died of {signal.Signals(-rc).name}"
+        return f"the candidate's process exited with code {rc}"
+
+    def request(self, msg: dict) -> dict:
+        try:
+            self.ch.send(msg)
+            reply = self.ch.recv()
+        except ChannelClosed:
+            time.sleep(0.2)
+            raise RunnerDied(self.status() + self._stderr()) from None
+        if not isinstance(reply, dict):
+            raise RunnerDied("the candidate's process answered out of protocol")
+        if "error" in reply:
+            raise CandidateError(str(reply["error"])[:400])
+        return reply
+
+    def _stderr(self) -> str:
+        try:
+            lines = [ln for ln in self.err_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        hint = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "")
+        return f": {hint[:300]}" if hint else ""
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(Exception):
+            self.ch.send({"op": "bye"})
+        with contextlib.suppress(Exception):
+            self.ch.close()
+        sandbox.kill_tree(self.proc)
+        self.proc = None
+
+    # ---- what crosses --------------------------------------------------------------------------
+    def share(self, inputs: list) -> list:
+        """The candidate's copy of `inputs` on the judged device, in memory that holds nothing else of ours."""
+        ctx = torch.cuda.use_mem_pool(self.pool) if self.pool is not None else contextlib.nullcontext()
+        with ctx:
+            return [x.to(self.device, copy=True) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def import_candidate(self, source_path: Path, log_path: Path, allow_tf32: bool) -> dict:
+        return self.request({"op": "import", "source_path": str(source_path), "log_path": str(log_path),
+                             "allow_tf32": allow_tf32})
+
+    def construct(self, args, kwargs, seed: int, state: dict) -> "RemoteModel":
+        self._ids += 1
+        # NOTE: CPU copies in shared memory: the candidate gets its own weights, never the reference's tensors.
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+        r = self.request({"op": "construct", "id": self._ids, "args": list(args), "kwargs": dict(kwargs),
+                          "seed": seed, "state": weights})
+        return RemoteModel(self, self._ids, r["notes"])
+
+    def alive(self) -> None:
+        """Raise RunnerDied where the candidate's CUDA context is broken (an illegal address, a device assert)."""
+        try:
+            self.request({"op": "alive"})
+        except CandidateError as e:
+            raise RunnerDied(f"the candidate's CUDA context is broken: {e}") from None
+
+    def environment(self, where: str) -> list[dict]:
+        """The runner's own checks, and the processes below it as this side sees them in /proc."""
+        found = self.request({"op": "env", "where": where})["cheats"]
+        kids = sandbox.descendants(self.proc.pid) - self.kids0
+        if kids and not any(c["check"] == "subprocess" for c in found):
+            found.append(cheat("subprocess", f"{where}: {len(kids)} process(es) below the candidate's process "
+                                             f"that were not there before its import: pids {sorted(kids)[:4]}"))
+        return found
+
+    def timed_check(self, min_calls: int = 10) -> dict | None:
+        """The candidate's own call times against this side's wall time of the same calls (less the round
+        trip measured before the import): the candidate's times are its process's word, the wall is ours."""
+        if len(self.walls) < min_calls:
+            return None
+        wall = median([w for w, _ in self.walls])
+        said = median([m for _, m in self.walls])
+        est = max(wall - self.rtt_ms, 0.0)
+        return {"wall_ms": wall, "event_ms": said, "round_trip_ms": self.rtt_ms, "estimate_ms": est,
+                "forged": said < 0.75 * est - 0.1 or said > wall + 0.05}
+
+
+class RemoteModel:
+    """One ModelNew in the candidate's process, called like a module."""
+
+    def __init__(self, remote: Remote, mid: int, notes: list[str]):
+        self.remote, self.id, self.notes = remote, mid, notes
+
+    def call(self, args, poison=False, check=False, ref_aliases=False, plant=None, plain=True) -> Reply:
+        return Reply(self.remote.request({"op": "call", "id": self.id, "args": list(args), "poison": poison,
+                                          "check": check, "ref_aliases": ref_aliases, "plant": plant,
+                                          "plain": plain}))
+
+    def __call__(self, *args):
+        return self.call(args).out
+
+    def timed(self, args) -> tuple[float, object]:
+        """(the candidate's ms, output); this side's wall time of the request is kept beside it."""
+        t0 = time.perf_counter()
+        reply = self.call(args)
+        wall = (time.perf_counter() - t0) * 1e3
+        self.remote.walls.append((wall, reply.ms))
+        return reply.ms, reply.out
+
+    def train(self, mode: bool = True):
+        self.remote.request({"op": "train", "id": self.id, "mode": mode})
+        return self
+
+    def named_buffers(self):
+        return self.remote.request({"op": "buffers", "id": self.id})["buffers"].items()
+
+    def profile(self, args) -> dict:
+        return self.remote.request({"op": "profile", "id": self.id, "args": list(args)})
+
+
+def limits_for(device: str, memory_gb: float) -> float:
+    """The candidate process's address-space limit in GB: none on a GPU (the CUDA driver reserves far more
+    address space than it uses), `memory_gb` on the CPU."""
+    return 0.0 if device.startswith("cuda") else memory_gb
+
