@@ -143,6 +143,8 @@ class Judging:
             offline_why = ("--build-only" if gpu else "no GPU") if device == "cuda" and (
                 self.opts.build_only or not gpu) else None
             run_on = "cpu" if offline_why else device
+            if device == "cpu":
+                torch.set_num_threads(1)  # tests: as the candidate's process does, so the two compare
             self.remote = Remote(run_on, Path(scratch), _REPO_ROOT, self.opts.timeout_s,
                                  self.opts.candidate_memory_gb if run_on == "cpu" else 0.0)
             try:

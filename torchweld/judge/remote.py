@@ -51,8 +51,8 @@ class Remote:
         self.device, self.cuda = device, device.startswith("cuda")
         self.scratch, self.repo_root, self.limit_s, self.memory_gb = scratch, repo_root, limit_s, memory_gb
         self.proc: subprocess.Popen | None = None
-        self.walls: list[tuple[float, float]] = []  # (trusted wall ms, the candidate's ms) of each timed call
-        self.rtt_ms = 0.0
+        self.walls: list[tuple[float, float]] = []  # (wall ms less the round trip, the candidate's ms) per timed call
+        self.rtt_ms, self.ms_per_byte = 0.0, 0.0
         self.pool = torch.cuda.MemPool() if self.cuda and hasattr(torch.cuda, "MemPool") else None
         self._ids = 0
         self.tier, self.notes = "none", []
@@ -84,20 +84,28 @@ class Remote:
         theirs.close()
         self.ch = Channel(mine)
 
-    def _calibrate(self, n: int = 12) -> None:
-        """The round trip of a request carrying a tensor each way, before any candidate code exists: what
-        a timed call's wall time holds besides the call."""
+    def _calibrate(self, n: int = 8) -> None:
+        """The round trip of a request carrying a tensor each way, before any candidate code exists, for a
+        small and a 4 MB reply: what a timed call's wall time holds besides the call (`overhead_ms`)."""
         probe = self.share([torch.zeros(16)])[0]
-        walls = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            r = self.request({"op": "ping", "tensor": probe})
-            walls.append((time.perf_counter() - t0) * 1e3)
-            if not isinstance(r.get("echo"), torch.Tensor):
-                raise RunnerDied("the candidate's process could not receive a tensor")
+        rtt = {}
+        for size in (16, 1 << 20):
+            walls = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                r = self.request({"op": "ping", "tensor": probe, "fresh": size})
+                walls.append((time.perf_counter() - t0) * 1e3)
+                if not isinstance(r.get("echo"), torch.Tensor) or not isinstance(r.get("fresh"), torch.Tensor):
+                    raise RunnerDied("the candidate's process could not exchange a tensor")
+            rtt[size * 4] = median(walls[2:])
         self.runner_pid = r["pid"]
-        self.rtt_ms = median(walls[2:])
+        (b0, t0), (b1, t1) = sorted(rtt.items())
+        self.rtt_ms, self.ms_per_byte = t0, max(t1 - t0, 0.0) / (b1 - b0)
         self.kids0 = sandbox.descendants(self.proc.pid)
+
+    def overhead_ms(self, out_bytes: int) -> float:
+        """A request's wall time besides the call, for a reply of `out_bytes`."""
+        return self.rtt_ms + self.ms_per_byte * out_bytes
 
     def status(self) -> str:
         """How the runner ended, in words (after it did)."""
@@ -178,15 +186,14 @@ class Remote:
         return found
 
     def timed_check(self, min_calls: int = 10) -> dict | None:
-        """The candidate's own call times against this side's wall time of the same calls (less the round
-        trip measured before the import): the candidate's times are its process's word, the wall is ours."""
+        """The candidate's own call times against this side's wall time of the same requests, less the round
+        trip measured before its import: the candidate's times are its process's word, the wall is ours."""
         if len(self.walls) < min_calls:
             return None
-        wall = median([w for w, _ in self.walls])
+        est = median([w for w, _ in self.walls])
         said = median([m for _, m in self.walls])
-        est = max(wall - self.rtt_ms, 0.0)
-        return {"wall_ms": wall, "event_ms": said, "round_trip_ms": self.rtt_ms, "estimate_ms": est,
-                "forged": said < 0.75 * est - 0.1 or said > wall + 0.05}
+        return {"wall_ms": est, "event_ms": said, "round_trip_ms": self.rtt_ms,
+                "forged": said < 0.75 * est - 0.1}
 
 
 class RemoteModel:
@@ -208,7 +215,8 @@ class RemoteModel:
         t0 = time.perf_counter()
         reply = self.call(args)
         wall = (time.perf_counter() - t0) * 1e3
-        self.remote.walls.append((wall, reply.ms))
+        size = sum(o.numel() * o.element_size() for o in reply.outs or [] if isinstance(o, torch.Tensor))
+        self.remote.walls.append((wall - self.remote.overhead_ms(size), reply.ms))
         return reply.ms, reply.out
 
     def train(self, mode: bool = True):
