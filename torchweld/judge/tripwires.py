@@ -28,11 +28,15 @@ _HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backwar
           "_global_backward_pre_hooks", "_global_forward_hooks_always_called")
 
 
+def _ours(name: str) -> bool:
+    return name == "torchweld" or name.startswith("torchweld.")
+
+
 def _judge_objects() -> dict[str, int]:
     """id() of every attribute of the judge's loaded modules (torchweld.*), and of their classes' members."""
     out = {}
     for name, mod in list(sys.modules.items()):
-        if not name.startswith("torchweld") or not isinstance(mod, types.ModuleType):
+        if not _ours(name) or not isinstance(mod, types.ModuleType):
             continue
         for k, v in list(vars(mod).items()):
             out[f"{name}.{k}"] = id(v)
@@ -55,7 +59,7 @@ class Tripwires:
     def __init__(self, source: str):
         self.source = source  # the candidate's file: its functions carry it as their code's file name
         self.judge = _judge_objects()
-        self.modules = {n for n in sys.modules if n.startswith("torchweld")}
+        self.modules = {n for n in sys.modules if _ours(n)}
         self.rng = {p: _resolve(p) for p in RNG_PATHS}
         self.flips: list[str] = []
         self.in_call = False
@@ -92,7 +96,7 @@ class Tripwires:
         found = []
         now = _judge_objects()
         replaced = [k for k, v in self.judge.items() if k in now and now[k] != v]
-        for name in sorted(n for n in sys.modules if n.startswith("torchweld") and n not in self.modules):
+        for name in sorted(n for n in sys.modules if _ours(n) and n not in self.modules):
             mod = sys.modules[name]
             if isinstance(mod, types.ModuleType):
                 replaced += _foreign(mod, self.source)
