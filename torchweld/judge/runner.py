@@ -169,8 +169,12 @@ class Runner:
         """The kernels one forward launches, each with its GPU time, and the modules it calls."""
         model, args = self.models[req["id"]], req["args"]
         subs = [n for n, m in model.named_modules() if type(m).__name__ == "Model" and m is not model]
-        with guards.module_calls() as called:
-            kernels = guards.cuda_kernel_times(lambda: model(*args)) if self.cuda else None
+        with guards.module_calls() as called, torch.no_grad():
+            if self.cuda:
+                kernels = guards.cuda_kernel_times(lambda: model(*args))
+            else:
+                model(*args)
+                kernels = None  # the CPU has no kernels of the candidate's to attribute
         return {"kernels": kernels, "reference_submodule": subs[0] if subs else None,
                 "calls_model": any(c.__name__ == "Model" for c in called)}
 
