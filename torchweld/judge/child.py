@@ -1,5 +1,5 @@
 """The judge's trusted process: the stages in order -> a signed result JSON. The candidate's code never runs
-here: it runs in the candidate's process (runner.py), which this process starts in its sandbox (remote.py,
+here: it runs in the candidate's process (candidate_process.py), which this process starts in its sandbox (remote.py,
 sandbox.py) and talks to over one channel.
 
 The stages live one per file: build (here, through the runner), correctness.py, generalisation.py,

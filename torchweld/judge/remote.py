@@ -1,4 +1,4 @@
-"""The trusted side of the process boundary: starts the candidate's process (runner.py) in its sandbox and
+"""The trusted side of the process boundary: starts the candidate's process (candidate_process.py) in its sandbox and
 stands in for the candidate's models, so the stages can call `pair.cand` as they would a module.
 
 What this side keeps to itself: the problem, its Model and the reference's outputs, the inputs' seeds and
@@ -73,7 +73,7 @@ class Remote:
 
     def _spawn(self, tier: str) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", "torchweld.judge.runner", str(theirs.fileno()), self.device,
+        cmd = [sys.executable, "-m", "torchweld.judge.candidate_process", str(theirs.fileno()), self.device,
                str(int(self.limit_s) + 5), str(int(self.memory_gb * 2**30))]
         self.err_path = self.scratch / "runner.stderr"
         with open(self.err_path, "ab") as err:

@@ -1,5 +1,5 @@
 """The timing stage, and the one timer: CUDA events around each call, L2 flushed before each, rotating
-inputs, median of many runs. The candidate's calls are timed in its own process (runner.py) by the same
+inputs, median of many runs. The candidate's calls are timed in its own process (candidate_process.py) by the same
 events, started by this side; this side flushes the L2 and synchronises before each, keeps its own wall
 time of each request, and checks the candidate's figure against it (`Remote.timed_check`).
 

@@ -1,4 +1,4 @@
-"""What the candidate's process watches in itself (runner.py): the judge's own modules, the random
+"""What the candidate's process watches in itself (candidate_process.py): the judge's own modules, the random
 generators, global module hooks and the precision setters, each snapshotted before the candidate is imported.
 
 These run beside the candidate, so a candidate that sets out to can undo them; they are evidence of an
