@@ -96,13 +96,15 @@ class Timer:
             fresh_ms, out = self.one(fn, fresh)
         return seen_ms, fresh_ms, out
 
-    def interleaved(self, fns: dict, sets: dict[str, list]) -> dict[str, "Timed"]:
+    def interleaved(self, fns: dict, sets: dict[str, list] | list) -> dict[str, "Timed"]:
         """Each function timed call by call in turn (the turn's first function rotating), so a drift
         of the GPU's clocks or of the host during the run weighs on all of them alike; until each has
         >= min_runs runs and the run took >= min_s per function (at most max_runs each). `sets`: each
-        function's own copies of the rotating input sets. Some of the candidate's outputs, picked at
+        function's own copies of the rotating input sets (or one list for all). Some of the candidate's outputs, picked at
         random, are kept for `samples` (checked after the run, not inside it)."""
         c = self.clocks
+        if not isinstance(sets, dict):
+            sets = {k: sets for k in fns}
         for label, fn in fns.items():
             for i in range(self.warmup):
                 fn(*sets[label][i % len(sets[label])])
@@ -134,7 +136,7 @@ def medians(fns: dict, sets: list, runs: int = 30, clocks: RealClocks | None = N
     """Median ms of each function over exactly `runs` interleaved runs after one warm-up call per input
     set: the first check's timing (it has no candidate to guard against, so the clocks are taken now)."""
     timer = Timer(clocks or RealClocks(), runs, 0.0, runs, warmup=len(sets), device=device)
-    return {k: t.median for k, t in timer.interleaved(fns, {k: sets for k in fns}).items()}
+    return {k: t.median for k, t in timer.interleaved(fns, sets).items()}
 
 
 def compile_model(model, mode: str, sample: list, clocks: RealClocks):
