@@ -148,12 +148,11 @@ class Judging:
             self.remote = Remote(run_on, Path(scratch), _REPO_ROOT, self.opts.timeout_s,
                                  self.opts.candidate_memory_gb if run_on == "cpu" else 0.0)
             try:
-                self.remote.start(sandbox.tiers())
-                self.r["sandbox"] = sandbox.describe(self.remote.tier)
-                self.r["details"] += self.remote.notes
+                self.remote.start(sandbox.tiers())  # NOTE: its start-up overlaps this side's below
                 if offline_why:
                     problem = load_problem(self.problem_path)
                     problem.init_inputs()
+                    self.ready()
                     self.offline(offline_why)
                 if device == "cuda":
                     torch.cuda.init()
@@ -165,6 +164,11 @@ class Judging:
                     self.stages()
             finally:
                 self.remote.close()
+
+    def ready(self):
+        self.remote.ready()
+        self.r["sandbox"] = sandbox.describe(self.remote.tier)
+        self.r["details"] += self.remote.notes
 
     def offline(self, why: str):
         """The build stage without a GPU, run in the candidate's process: its outcome can only be no_build,
@@ -185,10 +189,15 @@ class Judging:
         init_args = problem.init_inputs()
         if self.opts.device == "cuda":
             torch.zeros(1, device="cuda")
+        self.ready()
 
         self.stage("build")
         source = self.source_path.read_text()
-        got = self.remote.import_candidate(self.source_path, self.remote.scratch / "build.log", self.opts.allow_tf32)
+        self.remote.import_candidate(self.source_path, self.remote.scratch / "build.log", self.opts.allow_tf32)
+        # NOTE: torch.compile of the reference needs the CPU more than the GPU; it runs while the candidate's
+        # process imports (and builds) the candidate, and before `take_gpu`.
+        compiled = timing.compile_reference(self, problem, init_args) if self.opts.timing else None
+        got = self.remote.receive()
         if "build_error" in got:
             e = got["build_error"]
             self.r["build_s"] = e["seconds"]
@@ -207,8 +216,6 @@ class Judging:
         self.r["details"] += pair.notes
         if self.opts.anti_cheat:
             self.check_environment("after construction")
-        # NOTE: torch.compile needs the CPU more than the GPU, so it runs before `take_gpu`.
-        compiled = timing.compile_reference(self, problem, pair) if self.opts.timing else None
         self.take_gpu()
         with torch.no_grad():
             correctness.stage(self, problem, pair, source)

@@ -59,10 +59,17 @@ class Remote:
 
     # ---- the process ---------------------------------------------------------------------------
     def start(self, tiers: list[str]) -> None:
-        """Start the runner in the strongest sandbox that lets it answer (and, on a GPU, share a tensor)."""
-        for tier in tiers:
+        """Start the runner in the strongest sandbox; `ready()` waits for it (this side works meanwhile)."""
+        self._tiers = list(tiers)
+        self._spawn(self._tiers[0])
+
+    def ready(self) -> None:
+        """Wait until the runner answers (and, on a GPU, shares a tensor); where it cannot in a sandbox, the
+        next one is tried."""
+        for k, tier in enumerate(self._tiers):
             try:
-                self._spawn(tier)
+                if k:
+                    self._spawn(tier)
                 self._calibrate()
                 self.tier = tier
                 return
@@ -120,8 +127,19 @@ class Remote:
         return f"the candidate's process exited with code {rc}"
 
     def request(self, msg: dict) -> dict:
+        self.send(msg)
+        return self.receive()
+
+    def send(self, msg: dict) -> None:
         try:
             self.ch.send(msg)
+        except ChannelClosed:
+            time.sleep(0.2)
+            raise RunnerDied(self.status() + self._stderr()) from None
+
+    def receive(self) -> dict:
+        """The answer to the request sent last (this side may work between `send` and this)."""
+        try:
             reply = self.ch.recv()
         except ChannelClosed:
             time.sleep(0.2)
@@ -157,9 +175,10 @@ class Remote:
         with ctx:
             return [x.to(self.device, copy=True) if isinstance(x, torch.Tensor) else x for x in inputs]
 
-    def import_candidate(self, source_path: Path, log_path: Path, allow_tf32: bool) -> dict:
-        return self.request({"op": "import", "source_path": str(source_path), "log_path": str(log_path),
-                             "allow_tf32": allow_tf32})
+    def import_candidate(self, source_path: Path, log_path: Path, allow_tf32: bool) -> None:
+        """Send the import (its build can take minutes); its answer is `receive()`d later."""
+        self.send({"op": "import", "source_path": str(source_path), "log_path": str(log_path),
+                   "allow_tf32": allow_tf32})
 
     def construct(self, args, kwargs, seed: int, state: dict) -> "RemoteModel":
         self._ids += 1

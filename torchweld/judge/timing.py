@@ -155,19 +155,20 @@ def compile_model(model, mode: str, sample: list, clocks: RealClocks):
 
 # ---- the stage ---------------------------------------------------------------------------------------
 
-def compile_reference(j, problem, pair):
-    """torch.compile of the original, before any timing, so that all three can be timed interleaved:
-    (compiled or None, seconds, error). Its first call's effect on buffers (a training batch norm's
-    statistics) is undone. `j` is the trusted Judging; on the CPU (tests) nothing is compiled."""
-    if pair.device == "cpu":
+def compile_reference(j, problem, init_args):
+    """torch.compile of a copy of the original (seeded as the judged one is), before any timing, so that
+    all three can be timed interleaved: (compiled or None, seconds, error). `j` is the trusted Judging; it
+    runs while the candidate's process imports the candidate; on the CPU (tests) nothing is compiled."""
+    if j.opts.device == "cpu":
         return None, 0.0, "not compiled on the CPU"
-    j.stage("torch.compile")
+    torch.manual_seed(j.opts.seed)
+    ref = problem.model_cls(*init_args).to(j.opts.device)
     torch.manual_seed(j.opts.seed * 1000 + 501)
-    sample = to_dev(problem.inputs(), pair.device)
-    saved = {k: b.clone() for k, b in pair.ref.named_buffers()}
-    result = compile_model(pair.ref, j.opts.compile_mode, sample, guards_clocks())
+    sample = to_dev(problem.inputs(), j.opts.device)
+    saved = {k: b.clone() for k, b in ref.named_buffers()}
+    result = compile_model(ref, j.opts.compile_mode, sample, guards_clocks())
     with torch.no_grad():
-        for k, b in pair.ref.named_buffers():
+        for k, b in ref.named_buffers():
             b.copy_(saved[k])
     return result
 
