@@ -45,10 +45,20 @@ def test_each_hole_is_caught_by_name(fixture, outcome, check_name):
 
 
 def test_its_own_verdict_is_never_taken():
+    # NOTE: the result goes down a pipe, so the files it writes are nobody's result; its zeros are wrong.
     r = judge(HERE / "own_verdict.py")
-    # NOTE: where the sandbox leaves the judge's temporary files writable, the write is seen (forged_result);
-    # where it does not, the write fails and its zeros are wrong. Never its "correct".
-    assert caught_by(r) in {("cheat", "forged_result"), ("wrong", None)}, r["message"]
+    assert caught_by(r) == ("wrong", None), r["message"]
+
+
+def test_a_verdict_written_over_the_result_file_is_seen(tmp_path):
+    """Where the trusted child writes a file (in-process use), bytes it did not write there are forged_result."""
+    from torchweld.judge import child
+
+    (tmp_path / "c.py").write_text((HERE / "own_verdict.py").read_text().replace(
+        'glob.glob("/tmp/torchweld-judge-*/result.json")', repr([str(tmp_path / "result.json")])))
+    o = CheckOptions(**{**FAST, "timing": False})
+    r = child.judge([str(PROBLEM), str(tmp_path / "c.py"), o.to_json(), str(tmp_path / "result.json")], key=b"k")
+    assert caught_by(r) == ("cheat", "forged_result"), r["message"]
 
 
 def test_a_patched_comparison_changes_nothing_on_the_trusted_side():
@@ -167,13 +177,12 @@ def test_a_result_without_the_judges_signature_is_forged(tmp_path):
     from torchweld.judge.child import sign
     from torchweld.judge.parent import verified
 
-    key, body = b"k" * 64, {"outcome": "correct", "message": "x"}
-    path = tmp_path / "result.json"
     import json
 
-    path.write_text(json.dumps({"result": body, "sig": sign(key, body)}))
-    assert verified(path, key) == body
-    path.write_text(json.dumps({"result": body, "sig": sign(b"guess", body)}))
-    assert verified(path, key)["forged"]["check"] == "forged_result"
-    path.write_text(json.dumps(body))
-    assert verified(path, key)["forged"]["check"] == "forged_result"
+    key, body = b"k" * 64, {"outcome": "correct", "message": "x"}
+    line = json.dumps({"result": body, "sig": sign(key, body)}).encode()
+    assert verified([b"{}", line], key) == body
+    assert verified([line, json.dumps({"result": body, "sig": sign(b"guess", body)}).encode()],
+                    key)["forged"]["check"] == "forged_result"
+    assert verified([json.dumps(body).encode()], key)["forged"]["check"] == "forged_result"
+    assert verified([], key) == {}

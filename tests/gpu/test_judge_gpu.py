@@ -181,8 +181,7 @@ def test_timing_trust_hole_is_caught_on_the_gpu(fixture, outcome, check_name):
 
 def test_its_own_verdict_is_never_taken_on_the_gpu():
     res = judge(TRUST / "problem_cpu.py", TRUST / "own_verdict.py", timing=False)
-    got = (res["outcome"], res["cheats"][0]["check"] if res["cheats"] else None)
-    assert got in {("cheat", "forged_result"), ("wrong", None)}, res["message"]
+    assert res["outcome"] == "wrong" and not res["cheats"], res["message"]
 
 
 def test_timing_honest_pure_pytorch_passes_across_cuda_ipc():

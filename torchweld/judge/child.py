@@ -5,11 +5,11 @@ sandbox.py) and talks to over one channel.
 The stages live one per file: build (here, through the runner), correctness.py, generalisation.py,
 timing.py (and offline.py, the build stage of a machine without a GPU, which the runner runs and which
 ends there); this file runs them in order and keeps the result, saved after every stage (so a crash or a
-kill still says where it was), each save signed with a key the parent sent on stdin, which no file,
-argument or environment variable holds. The process is not dumpable, so another process of the same user
+kill still says where it was), each save a signed JSON line down a pipe only the parent reads, signed
+with a key the parent sent on stdin, which no file, argument or environment variable holds. The process is not dumpable, so another process of the same user
 (the candidate's) cannot read that key from its memory.
 
-Usage: python -m torchweld.judge.child PROBLEM CANDIDATE_SOURCE OPTIONS_JSON RESULT_JSON  (key on stdin)
+Usage: python -m torchweld.judge.child PROBLEM CANDIDATE_SOURCE OPTIONS_JSON fd:N|RESULT_JSON  (key on stdin)
 """
 from __future__ import annotations
 
@@ -64,6 +64,9 @@ class Judging:
     def __init__(self, problem_path: str, source_path: str, opts: CheckOptions, result_path: str,
                  key: bytes = b""):
         self.problem_path, self.source_path, self.opts = Path(problem_path), Path(source_path), opts
+        # NOTE: "fd:N": the result goes down a pipe only the parent reads (the candidate's process neither
+        # inherits it nor may open it through /proc: this process is not dumpable); else a file (tests).
+        self.result_fd = int(result_path[3:]) if result_path.startswith("fd:") else None
         self.result_path, self.key = Path(result_path), key
         self.t0 = time.monotonic()  # the build-only stage bounds its compilers by the time left
         self.r = {"outcome": None, "message": "", "details": [], "stage": "start", "build_s": None,
@@ -81,6 +84,9 @@ class Judging:
             self.r["cheats"].append(forged)
             self.r["outcome"], self.r["message"] = "cheat", f"caught by forged_result: {forged['evidence']}"
         body = sanitize(self.r)
+        if self.result_fd is not None:
+            os.write(self.result_fd, json.dumps({"result": body, "sig": sign(self.key, body)}).encode() + b"\n")
+            return
         text = json.dumps({"result": body, "sig": sign(self.key, body)}, indent=1).encode()
         tmp = self.result_path.with_suffix(".tmp")
         tmp.write_bytes(text)
@@ -91,7 +97,7 @@ class Judging:
 
     def _foreign_write(self) -> dict | None:
         """Whether the result file holds something this process did not write (the candidate's own verdict)."""
-        if self._written is None or self.r["outcome"] == "cheat" and self.r["cheats"] and \
+        if self._written is None or self.result_fd is not None or self.r["outcome"] == "cheat" and self.r["cheats"] and \
                 self.r["cheats"][-1]["check"] == "forged_result":
             return None
         try:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -102,19 +103,25 @@ def _run_child(problem: Path, candidate: Path, cand, opts: CheckOptions):
             source_path = tmp / f"{candidate.stem}_block{cand.block.index}.py"
             source_path.write_text(cand.source)
         (tmp / "options.json").write_text(opts.to_json())
-        result_path, out_path, err_path = tmp / "result.json", tmp / "stdout.log", tmp / "stderr.log"
+        out_path, err_path = tmp / "stdout.log", tmp / "stderr.log"
+        # NOTE: the result comes down a pipe, not a file: no file the candidate's process could write holds it.
+        read_end, write_end = os.pipe()
         cmd = [sys.executable, "-m", "torchweld.judge.child", str(problem.resolve()), str(source_path),
-               str(tmp / "options.json"), str(result_path)]
+               str(tmp / "options.json"), f"fd:{write_end}"]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
         # NOTE: Inductor compiles in this process, not in a pool of compile workers: the pool's threads and
         # processes start in the background; on a warm cache (the bench's --prewarm) it is also faster.
         # Compile time only: torch.compile's kernels are the same.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        lines: list[bytes] = []
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             # NOTE: a session of its own, so a hang is killed with every process the candidate started.
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.PIPE, env=env,
-                                    start_new_session=True)
+                                    start_new_session=True, pass_fds=(write_end,))
+            os.close(write_end)
+            reader = threading.Thread(target=_read_lines, args=(read_end, lines), daemon=True)
+            reader.start()
             with contextlib.suppress(OSError):
                 proc.stdin.write(key + b"\n")
                 proc.stdin.close()
@@ -131,17 +138,25 @@ def _run_child(problem: Path, candidate: Path, cand, opts: CheckOptions):
             except OSError:
                 pass
             rc = proc.wait()
+            reader.join(timeout=10)
         quiet.judge_ended(proc.pid, opts.judges_dir)
-        part = verified(result_path, key)
+        part = verified(lines, key)
         stderr_tail = _tail(err_path)
     return part, timed_out, rc, stderr_tail
 
 
-def verified(path: Path, key: bytes) -> dict:
-    """The child's result if its signature holds; {} where there is none; `forged` where one is not ours."""
-    try:
-        text = path.read_text()
-    except OSError:
+def _read_lines(fd: int, into: list) -> None:
+    """Every line the child writes to its result pipe, until it closes."""
+    with os.fdopen(fd, "rb") as f:
+        for line in f:
+            into.append(line)
+
+
+def verified(lines: list[bytes], key: bytes) -> dict:
+    """The child's last result whose signature holds; {} where there is none; `forged` where the last is
+    not the judge's."""
+    text = next((ln for ln in reversed(lines) if ln.strip()), b"")
+    if not text:
         return {}
     try:
         saved = json.loads(text)
@@ -152,8 +167,8 @@ def verified(path: Path, key: bytes) -> dict:
         pass
     from torchweld.judge.guards import cheat
 
-    return {"forged": cheat("forged_result", "the result file does not carry the judge's signature: it was "
-                                             f"written by someone else (the candidate's process): {text[:120]!r}")}
+    return {"forged": cheat("forged_result", "the result does not carry the judge's signature: someone else "
+                                             f"wrote it: {text[:120]!r}")}
 
 
 def check(problem_path, candidate_path, opts: CheckOptions | None = None) -> dict:
