@@ -213,7 +213,7 @@ def diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, o
     if anti_cheat and frac >= 0.5:
         # Plant the right answer in freed memory: a candidate that returns memory it never wrote now "passes".
         # NOTE: the reference's answer goes to the candidate's process only here, where passing is the catch.
-        again = pair.cand.call(cand_in, poison=True, plant=refs[0]).out
+        again = pair.cand.call(cand_in, poison=True, plant=pair.remote.share([refs[0]])[0]).out
         if compare(again, ref_out, truth, opts.tolerance, opts.oracle_factor)["ok"]:
             return [cheat("stale_memory", f"{frac:.0%} of the output was the judge's freed-memory poison; with the "
                                           "reference's result planted in freed memory instead, the candidate returned "

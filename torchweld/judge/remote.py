@@ -236,7 +236,10 @@ class RemoteModel:
         wall = (time.perf_counter() - t0) * 1e3
         size = sum(o.numel() * o.element_size() for o in reply.outs or [] if isinstance(o, torch.Tensor))
         self.remote.walls.append((wall - self.remote.overhead_ms(size), reply.ms))
-        return reply.ms, reply.out
+        # NOTE: copied on arrival, outside the timed request: what is checked later is what it returned then,
+        # not what its process may write into that memory afterwards.
+        outs = [o.clone() for o in reply.outs]
+        return reply.ms, outs[0] if len(outs) == 1 else outs
 
     def train(self, mode: bool = True):
         self.remote.request({"op": "train", "id": self.id, "mode": mode})
