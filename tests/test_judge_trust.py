@@ -102,7 +102,8 @@ CATALOGUE = {
 def test_the_catalogue_is_still_caught_across_the_boundary(name, tmp_path):
     top, body, check_name = CATALOGUE[name]
     head, tail = HONEST.split("\n\nclass ModelNew", 1)
-    src = head + "\n" + top + "\n\nclass ModelNew" + tail.replace("        return F.relu(", "        " + body + "return F.relu(", 1)
+    tail = tail.replace("        return F.relu(", "        " + body + "return F.relu(", 1)
+    src = head + "\n" + top + "\n\nclass ModelNew" + tail
     (tmp_path / f"{name}.py").write_text(src)
     r = judge(tmp_path / f"{name}.py", timing=False)
     assert caught_by(r) == ("cheat", check_name), (r["message"], r["details"])

@@ -217,6 +217,7 @@ def test_timing_the_judges_overhead_per_candidate():
     total = time.perf_counter() - t0
     print(f"whole check {total:.1f} s; stages {res['stage_s']}; sandbox {res['sandbox']}; "
           f"round trip {res['timing']['round_trip_ms']:.3f} ms; candidate event {res['timing']['event_ms']:.3f} ms, "
-          f"wall less round trip {res['timing']['wall_ms']:.3f} ms; notes {[d for d in res['details'] if 'sandbox' in d]}")
+          f"wall less round trip {res['timing']['wall_ms']:.3f} ms; "
+          f"notes {[d for d in res['details'] if 'sandbox' in d]}")
     assert res["outcome"] == "correct", res["message"]
     assert res["stage_s"]["start"] < 60

@@ -7,7 +7,8 @@ goes through one function (`_call`) whether the judge checks or times it, so not
 two apart. Its reports (kernels, tripwires, threads) are the candidate's process's word; the trusted
 process (remote.py) decides with what it can see for itself.
 
-Usage: python -m torchweld.judge.candidate_process FD DEVICE CPU_S MEMORY_BYTES   (FD: a connected Unix socket, the channel)
+Usage: python -m torchweld.judge.candidate_process FD DEVICE CPU_S MEMORY_BYTES
+(FD: a connected Unix socket, the channel)
 """
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""The judge's trusted process: the stages in order -> a signed result JSON. The candidate's code never runs
-here: it runs in the candidate's process (candidate_process.py), which this process starts in its sandbox (remote.py,
-sandbox.py) and talks to over one channel.
+"""The judge's trusted process: the stages in order -> a signed result. The candidate's code never runs here:
+it runs in the candidate's process (candidate_process.py), which this process starts in its sandbox (remote.py,
+sandbox.py) and talks to over one channel (channel.py).
 
-The stages live one per file: build (here, through the runner), correctness.py, generalisation.py,
-timing.py (and offline.py, the build stage of a machine without a GPU, which the runner runs and which
-ends there); this file runs them in order and keeps the result, saved after every stage (so a crash or a
-kill still says where it was), each save a signed JSON line down a pipe only the parent reads, signed
-with a key the parent sent on stdin, which no file, argument or environment variable holds. The process is not dumpable, so another process of the same user
-(the candidate's) cannot read that key from its memory.
+The stages live one per file: build (through the candidate's process), correctness.py, generalisation.py,
+timing.py (and offline.py, the build stage of a machine without a GPU, which the candidate's process runs and
+which ends there); this file runs them in order and keeps the result, saved after every stage (so a crash or a
+kill still says where it was): a signed JSON line down a pipe only the parent reads, signed with a key the
+parent sent on stdin, which no file, argument or environment variable holds. The process is not dumpable, so
+another process of the same user (the candidate's) cannot read that key from its memory.
 
 Usage: python -m torchweld.judge.child PROBLEM CANDIDATE_SOURCE OPTIONS_JSON fd:N|RESULT_JSON  (key on stdin)
 """
@@ -97,8 +97,9 @@ class Judging:
 
     def _foreign_write(self) -> dict | None:
         """Whether the result file holds something this process did not write (the candidate's own verdict)."""
-        if self._written is None or self.result_fd is not None or self.r["outcome"] == "cheat" and self.r["cheats"] and \
-                self.r["cheats"][-1]["check"] == "forged_result":
+        if self._written is None or self.result_fd is not None:
+            return None
+        if self.r["cheats"] and self.r["cheats"][-1]["check"] == "forged_result":
             return None
         try:
             now = self.result_path.read_bytes()

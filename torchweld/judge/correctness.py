@@ -164,7 +164,8 @@ def run_trial(pair: Pair, cpu_inputs: list, label: str, opts, reuse: list | None
     cand_in = pair.remote.share(cpu_inputs)
     reused = False
     if reuse is not None and len(reuse) == len(cand_in) and all(
-            not isinstance(a, torch.Tensor) or (a.shape == b.shape and a.dtype == b.dtype) for a, b in zip(reuse, cand_in)):
+            not isinstance(a, torch.Tensor) or (a.shape == b.shape and a.dtype == b.dtype)
+            for a, b in zip(reuse, cand_in)):
         # NOTE: same storage, new values: a cache keyed by input address returns a stale result here.
         for a, b in zip(reuse, cand_in):
             if isinstance(a, torch.Tensor):

@@ -5,8 +5,8 @@ Tiers, the first that works is used (`tiers()`; remote.py falls back to the next
 start the runner):
 - `bwrap`: bubblewrap, no network, a PID namespace, everything read-only but the scratch directory, the
   extension build cache and /dev/shm (the tensors' shared memory);
-- `unshare`: util-linux's unshare with a user namespace where needed: no network, a PID namespace whose
-  processes all die with the runner; files as the caller sees them;
+- `unshare`: util-linux's unshare: a user namespace (its capabilities hold there alone), no network, a PID
+  namespace whose processes all die with the runner; files as the caller sees them;
 - `none`: the environment, scratch directory, limits and process-group kill only.
 """
 from __future__ import annotations
@@ -89,8 +89,10 @@ def tiers() -> list[str]:
 
 
 def _unshare(cmd: list[str]) -> list[str]:
-    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    return ["unshare", *user, "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "--", *cmd]
+    # NOTE: a user namespace even for root: the candidate's capabilities hold in it alone (no ptrace of the
+    # judge, no mounts that reach the host's processes).
+    return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "--",
+            *cmd]
 
 
 def wrap(tier: str, cmd: list[str], scratch: Path) -> list[str]:

@@ -18,7 +18,8 @@ _RNG_PREFIXES = ("torch.rand", "torch.randn", "torch.randint", "torch.normal", "
 # Reaching into the judge's process: the reference through gc, the caller's frames, every module's calls.
 _INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe", "inspect.stack",
                   "inspect.currentframe", "inspect.getouterframes", "traceback.extract_stack")
-_GLOBAL_HOOKS = ("register_module_forward_hook", "register_module_forward_pre_hook", "register_module_full_backward_hook")
+_GLOBAL_HOOKS = ("register_module_forward_hook", "register_module_forward_pre_hook",
+                 "register_module_full_backward_hook")
 _PRECISION_FLAGS = ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
 _HALF_CALLS = ("half", "bfloat16")
 _HALF_DTYPES = ("torch.float16", "torch.half", "torch.bfloat16")

@@ -100,8 +100,8 @@ class Timer:
         """Each function timed call by call in turn (the turn's first function rotating), so a drift
         of the GPU's clocks or of the host during the run weighs on all of them alike; until each has
         >= min_runs runs and the run took >= min_s per function (at most max_runs each). `sets`: each
-        function's own copies of the rotating input sets (or one list for all). Some of the candidate's outputs, picked at
-        random, are kept for `samples` (checked after the run, not inside it)."""
+        function's own copies of the rotating input sets (or one list for all). Some of the candidate's outputs,
+        picked at random, are kept for `samples` (checked after the run, not inside it)."""
         c = self.clocks
         if not isinstance(sets, dict):
             sets = {k: sets for k in fns}
@@ -251,7 +251,8 @@ def timing_checks(j, problem, pair, timer: Timer, sets, ref_last, cand_last, t: 
             j.caught([cheat("timing_forged", f"the candidate's process says its calls take {wall['event_ms']:.3f} ms, "
                                              f"but this side's clock sees {wall['wall_ms']:.3f} ms a request once the "
                                              "round trip measured before its import is taken out: its times are "
-                                             "forged, or its work runs after its end event (another stream)")], "timing")
+                                             "forged, or its work runs after its end event (another stream)")],
+                     "timing")
     # Never-seen inputs against already-seen ones, timed in pairs under the same conditions: each call
     # starts from an idle GPU, and which of the two goes first alternates.
     found = fresh_vs_seen(j, problem, pair, timer, sets[1], j.opts.fresh_sets, 701)
