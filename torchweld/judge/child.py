@@ -174,7 +174,7 @@ class Judging:
 
     def ready(self):
         self.remote.ready()
-        self.r["sandbox"] = sandbox.describe(self.remote.tier)
+        self.r["sandbox"] = sandbox.describe(self.remote.tier, pid=not self.remote.cuda)
         self.r["details"] += self.remote.notes
 
     def offline(self, why: str):

@@ -88,29 +88,32 @@ def tiers() -> list[str]:
     return out + ["none"]
 
 
-def _unshare(cmd: list[str]) -> list[str]:
+def _unshare(cmd: list[str], pid: bool = True) -> list[str]:
     # NOTE: a user namespace even for root: the candidate's capabilities hold in it alone (no ptrace of the
     # judge, no mounts that reach the host's processes).
-    return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "--",
-            *cmd]
+    own_pids = ["--pid", "--fork", "--mount-proc", "--kill-child"] if pid else []
+    return ["unshare", "--user", "--map-root-user", "--net", *own_pids, "--", *cmd]
 
 
-def wrap(tier: str, cmd: list[str], scratch: Path) -> list[str]:
-    """`cmd` run inside the tier's sandbox."""
+def wrap(tier: str, cmd: list[str], scratch: Path, pid: bool = True) -> list[str]:
+    """`cmd` run inside the tier's sandbox; `pid`: in a PID namespace of its own. NOTE: not on a GPU: CUDA IPC
+    between the judge and the candidate's process may need them to share one (the subreaper and the
+    descendants' kill hold instead)."""
     if tier == "bwrap":
         rw = [scratch, Path(extension_dir()), Path("/dev/shm")]
         binds = [a for p in rw if p.exists() for a in ("--bind", str(p), str(p))]
-        return ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/",
-                "--dev-bind", "/dev", "/dev", "--proc", "/proc", *binds, "--chdir", str(scratch), "--", *cmd]
+        own_pids = ["--unshare-pid"] if pid else []
+        return ["bwrap", "--die-with-parent", "--unshare-net", *own_pids, "--ro-bind", "/", "/", "--dev-bind", "/dev",
+                "/dev", "--proc", "/proc", *binds, "--chdir", str(scratch), "--", *cmd]
     if tier == "unshare":
-        return _unshare(cmd)
+        return _unshare(cmd, pid)
     return cmd
 
 
-def describe(tier: str) -> str:
-    return {"bwrap": "bubblewrap: no network, own PID namespace, read-only files but its scratch directory",
-            "unshare": "unshare: no network, own PID namespace (all its processes die with it); files writable "
-                       "as for the caller",
+def describe(tier: str, pid: bool = True) -> str:
+    own = "own PID namespace (all its processes die with it)" if pid else "the judge's PID namespace (a GPU)"
+    return {"bwrap": f"bubblewrap: no network, {own}, read-only files but its scratch directory",
+            "unshare": f"unshare: user namespace, no network, {own}; files writable as for the caller",
             "none": "no namespaces on this machine: scrubbed environment, scratch directory, limits, process "
                     "group killed"}[tier]
 

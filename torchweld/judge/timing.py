@@ -246,11 +246,12 @@ def timing_checks(j, problem, pair, timer: Timer, sets, ref_last, cand_last, t: 
                                            f"({why}): a cached or stale result")], "timing")
     wall = pair.remote.timed_check()
     if wall is not None:
-        t.update({k: wall[k] for k in ("wall_ms", "event_ms", "round_trip_ms")})
+        t.update({k: wall[k] for k in ("wall_ms", "wall_q25_ms", "event_ms", "round_trip_ms")})
         if wall["forged"]:
             j.caught([cheat("timing_forged", f"the candidate's process says its calls take {wall['event_ms']:.3f} ms, "
-                                             f"but this side's clock sees {wall['wall_ms']:.3f} ms a request once the "
-                                             "round trip measured before its import is taken out: its times are "
+                                             f"but this side's clock sees {wall['wall_q25_ms']:.3f} ms a request (lower "
+                                             "quartile) once the round trip measured before its import is taken "
+                                             "out: its times are "
                                              "forged, or its work runs after its end event (another stream)")],
                      "timing")
     # Never-seen inputs against already-seen ones, timed in pairs under the same conditions: each call
