@@ -174,6 +174,21 @@ def test_nothing_the_candidate_started_outlives_the_check(tmp_path):
     assert (mark.stat().st_size if mark.exists() else 0) == size
 
 
+def test_a_hang_is_a_timeout_and_the_candidates_process_goes(tmp_path):
+    import time
+
+    mark = tmp_path / "alive"
+    (tmp_path / "hang.py").write_text(HONEST.replace("    def forward(self, x):\n", "    def forward(self, x):\n"
+                                      "        import time\n        while True:\n"
+                                      f"            open({str(mark)!r}, 'a').write('x')\n"
+                                      "            time.sleep(0.05)\n", 1))
+    r = judge(tmp_path / "hang.py", timing=False, timeout_s=20)
+    assert r["outcome"] == "timeout" and "correctness" in r["message"], r["message"]
+    size = mark.stat().st_size
+    time.sleep(0.5)
+    assert mark.stat().st_size == size
+
+
 def test_a_result_without_the_judges_signature_is_forged(tmp_path):
     from torchweld.judge.child import sign
     from torchweld.judge.parent import verified

@@ -68,7 +68,7 @@ class Runner:
         fresh = torch.ones(req["fresh"], device=self.device)
         self.keep = [fresh]
         self._sync()
-        return {"ok": True, "pid": os.getpid(), "echo": req.get("tensor"), "fresh": fresh}
+        return {"ok": True, "pid": os.getpid(), "got": isinstance(req.get("tensor"), torch.Tensor), "fresh": fresh}
 
     def op_import(self, req):
         from torchweld.judge.build import BuildError, import_candidate
@@ -161,7 +161,7 @@ class Runner:
                                             "not a plain torch.Tensor")]
         if self.wires is not None and self.wires.flips:
             found += self.wires.tripped("during forward")
-        sent = None if found else snap if check else [o.detach() for o in outs]
+        sent = None if found else snap if check else [self._sendable(o, args) for o in outs]
         self.keep, self.prev_outs = [out], outs
         self.recent.append(args)
         return {"outs": sent, "ms": ms, "cheats": found}
@@ -204,6 +204,12 @@ class Runner:
         finally:
             if wires is not None:
                 wires.in_call = False
+
+    def _sendable(self, o: torch.Tensor, args) -> torch.Tensor:
+        """The output as it can cross back: a tensor this process received (an input, or a view of one) is
+        cloned first, since CUDA IPC cannot send on what it received."""
+        got = _ptrs(args) | {p for a in self.recent for p in _ptrs(a)}
+        return o.detach().clone() if _ptrs([o]) & got else o.detach()
 
     def _ms(self, start) -> float:
         s, e = start

@@ -107,7 +107,7 @@ class Remote:
                 t0 = time.perf_counter()
                 r = self.request({"op": "ping", "tensor": probe, "fresh": size})
                 walls.append((time.perf_counter() - t0) * 1e3)
-                if not isinstance(r.get("echo"), torch.Tensor) or not isinstance(r.get("fresh"), torch.Tensor):
+                if not r.get("got") or not isinstance(r.get("fresh"), torch.Tensor):
                     raise RunnerDied("the candidate's process could not exchange a tensor")
             rtt[size * 4] = median(walls[2:])
         self.runner_pid = r["pid"]

@@ -155,13 +155,10 @@ def descendants(pid: int) -> set[int]:
 
 
 def kill_tree(proc: subprocess.Popen) -> int:
-    """Kill the runner's process group and everything below it (found again until none is left); its status."""
+    """Kill the candidate's process and everything below it, orphans that came back to this subreaper
+    included (looked for again until none is left); its exit status."""
     for _ in range(5):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        below = descendants(proc.pid) | descendants(os.getpid()) - {proc.pid}
+        below = descendants(proc.pid) | descendants(os.getpid()) | ({proc.pid} if proc.poll() is None else set())
         for pid in below:
             try:
                 os.kill(pid, signal.SIGKILL)
