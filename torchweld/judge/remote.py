@@ -124,6 +124,8 @@ class Remote:
         rc = self.proc.poll() if self.proc else None
         if rc is None:
             return "the candidate's process closed its channel"
+        if rc > 128 and self.tier == "bwrap":
+            rc = 128 - rc  # NOTE: bubblewrap exits with 128 + the signal that killed what it ran
         if rc < 0:
             import signal
 
