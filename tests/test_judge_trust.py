@@ -202,3 +202,4 @@ def test_a_result_without_the_judges_signature_is_forged(tmp_path):
                     key)["forged"]["check"] == "forged_result"
     assert verified([json.dumps(body).encode()], key)["forged"]["check"] == "forged_result"
     assert verified([], key) == {}
+    assert verified([line, line[:20]], key) == body  # the last line cut off by a kill

@@ -85,7 +85,9 @@ class Judging:
             self.r["outcome"], self.r["message"] = "cheat", f"caught by forged_result: {forged['evidence']}"
         body = sanitize(self.r)
         if self.result_fd is not None:
-            os.write(self.result_fd, json.dumps({"result": body, "sig": sign(self.key, body)}).encode() + b"\n")
+            data = json.dumps({"result": body, "sig": sign(self.key, body)}).encode() + b"\n"
+            while data:
+                data = data[os.write(self.result_fd, data):]
             return
         text = json.dumps({"result": body, "sig": sign(self.key, body)}, indent=1).encode()
         tmp = self.result_path.with_suffix(".tmp")

@@ -155,16 +155,19 @@ def _read_lines(fd: int, into: list) -> None:
 def verified(lines: list[bytes], key: bytes) -> dict:
     """The child's last result whose signature holds; {} where there is none; `forged` where the last is
     not the judge's."""
-    text = next((ln for ln in reversed(lines) if ln.strip()), b"")
-    if not text:
+    for text in reversed(lines):
+        try:
+            saved = json.loads(text)
+        except ValueError:
+            continue  # NOTE: a line cut off by the time limit's kill, or empty
+        try:
+            if hmac.compare_digest(sign(key, saved["result"]), str(saved["sig"])):
+                return saved["result"]
+        except (KeyError, TypeError):
+            pass
+        break
+    else:
         return {}
-    try:
-        saved = json.loads(text)
-        body, sig = saved["result"], saved["sig"]
-        if hmac.compare_digest(sign(key, body), str(sig)):
-            return body
-    except (ValueError, KeyError, TypeError):
-        pass
     from torchweld.judge.guards import cheat
 
     return {"forged": cheat("forged_result", "the result does not carry the judge's signature: someone else "
