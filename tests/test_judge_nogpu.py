@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchweld.judge import EXIT_CODES, CheckOptions, check, child, offline
+from torchweld.judge import EXIT_CODES, CheckOptions, check, offline
+from torchweld.judge.candidate_process import Runner
 from torchweld.judge.check_cli import main
 from torchweld.judge.layout import cxx_path, nvcc_path
 
@@ -119,7 +120,9 @@ def test_an_extension_built_in_the_constructor_is_recorded(tmp_path, monkeypatch
               "        self.ext = load_inline('late_ext', 'int f();', functions=['f'])\n")
     seen = []
     monkeypatch.setattr(offline, "build", lambda ext, src, folder, deadline: seen.append(ext) or offline.Built(ext, ()))
-    o = CheckOptions(build_only=True)
-    r = child.judge([str(PROBLEM), str(write(tmp_path, source)), o.to_json(), str(tmp_path / "result.json")])
+    # NOTE: the build stage runs in the candidate's process; here its request is answered in this one.
+    got = Runner(None, "cpu").op_offline({"problem_path": str(PROBLEM), "source_path": str(write(tmp_path, source)),
+                                          "opts": CheckOptions(build_only=True).to_json(), "why": "--build-only",
+                                          "elapsed_s": 0.0, "log_dir": str(tmp_path)})["result"]
     assert [(e.name, e.line) for e in seen] == [("late_ext", 7)]
-    assert r["outcome"] == "no_gpu" and r["message"].startswith("builds; not run")
+    assert got["outcome"] == "no_gpu" and got["message"].startswith("builds; not run")

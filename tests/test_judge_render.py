@@ -32,7 +32,7 @@ def test_render_minimal_result():
 
 def test_exit_codes():
     assert EXIT_CODES == {"correct": 0, "wrong": 12, "cheat": 13, "no_build": 10, "runtime_error": 11, "timeout": 14,
-                          "no_gpu": 15}
+                          "no_gpu": 15, "decoy_kernel": 16, "no_kernel": 17}
 
 
 def test_cli_missing_problem_exits_2(capsys):

@@ -8,7 +8,7 @@ from torchweld.judge.static import reference_ops, scan
 FIX = Path(__file__).parent / "fixtures" / "judge"
 PROBLEM = (FIX / "problem_relu_bias.py").read_text()
 SERIOUS = {"other_stream", "concurrency", "timer_patch", "judge_patch", "try_fallback", "reference_model",
-           "tf32_flag", "half_cast", "tensor_subclass"}
+           "tf32_flag", "half_cast", "tensor_subclass", "rng_patch", "introspection", "global_hook", "verdict_write"}
 
 
 def rules(path: Path) -> set[str]:
@@ -30,8 +30,26 @@ def test_cheat_fixture_static_evidence(fixture, expected):
     assert expected <= rules(FIX / "cheats" / f"{fixture}.py")
 
 
+TRUST = FIX / "trust"
+
+
+@pytest.mark.parametrize("fixture,expected", [
+    ("patch_judge", {"judge_patch"}),
+    ("stack_timing", {"introspection"}),
+    ("own_verdict", {"verdict_write"}),
+    ("rng_patch", {"rng_patch"}),
+    ("gc_reference", {"introspection"}),
+    ("hook_reference", {"global_hook"}),
+    ("precision_in_call", {"tf32_flag"}),
+    ("forged_timing", {"introspection"}),
+])
+def test_trust_fixture_static_evidence(fixture, expected):
+    assert expected <= rules(TRUST / f"{fixture}.py")
+
+
 def test_honest_fixture_is_clean():
     assert not rules(FIX / "honest_relu_bias.py") & SERIOUS
+    assert not rules(TRUST / "honest_cpu.py") & SERIOUS
 
 
 def test_findings_carry_lines():

@@ -35,7 +35,7 @@ class SimGPU:
 
 def sim_timer(gpu: SimGPU) -> Timer:
     timer = Timer.__new__(Timer)  # no CUDA: the flush becomes 0.03 ms of queued device work
-    timer.clocks = gpu
+    timer.clocks, timer.cpu = gpu, False
     timer.flush = lambda: gpu.queue(0.001, 0.03)
     return timer
 

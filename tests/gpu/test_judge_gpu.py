@@ -67,7 +67,7 @@ def test_seed002_mended_fails_generalisation():
 
 
 CHEATS = [
-    ("side_stream", {"stream_race", "stream_timing"}),
+    ("side_stream", {"stream_race", "timing_forged"}),
     ("output_pool", {"output_reuse"}),
     ("stale_memory", {"stale_memory"}),
     ("input_cache_address", {"input_cache"}),
@@ -156,3 +156,68 @@ def test_torchweld_batch_norm_passes_both_modes(tmp_path):
     assert res["outcome"] == "correct", res["message"]
     assert res["buffers"] and all(b["ok"] and b["compared"] == 3 for b in res["buffers"])
     assert any(g["inputs"].startswith("eval mode") and g["ok"] for g in res["generalization"])
+
+
+# ---- the trust boundary (issue 18): the candidate in its own process, tensors by CUDA IPC ---------------------
+
+TRUST = FIX / "trust"
+TRUST_HOLES = [
+    ("patch_judge", "cheat", "judge_patch"),
+    ("stack_timing", "cheat", "timed_output"),
+    ("rng_patch", "cheat", "rng_patch"),
+    ("hook_reference", "cheat", "module_hook"),
+    ("precision_in_call", "cheat", "precision_in_call"),
+    ("forged_timing", "cheat", "timing_forged"),
+    ("gc_reference", "wrong", None),
+]
+
+
+@pytest.mark.parametrize("fixture,outcome,check_name", TRUST_HOLES, ids=[h[0] for h in TRUST_HOLES])
+def test_timing_trust_hole_is_caught_on_the_gpu(fixture, outcome, check_name):
+    res = judge(TRUST / "problem_cpu.py", TRUST / f"{fixture}.py", timing_min_s=0.2)
+    got = (res["outcome"], res["cheats"][0]["check"] if res["cheats"] else None)
+    assert got == (outcome, check_name), res["message"]
+
+
+def test_its_own_verdict_is_never_taken_on_the_gpu():
+    res = judge(TRUST / "problem_cpu.py", TRUST / "own_verdict.py", timing=False)
+    assert res["outcome"] == "wrong" and not res["cheats"], res["message"]
+
+
+def test_timing_honest_pure_pytorch_passes_across_cuda_ipc():
+    res = judge(TRUST / "problem_cpu.py", TRUST / "honest_cpu.py")
+    assert res["outcome"] == "correct", (res["message"], res["details"])
+    t = res["timing"]
+    assert t["wall_ms"] is not None and t["round_trip_ms"] > 0 and res["sandbox"]
+
+
+def test_a_decoy_launch_is_decoy_kernel():
+    res = judge(RELU_BIAS, FIX / "cheats" / "decoy_kernel.py", timing=False)
+    assert res["outcome"] == "decoy_kernel", res["message"]
+    assert res["work"]["own_share"] < 0.01 and "poke_kernel" in res["work"]["own_kernels"][0]
+
+
+def test_the_honest_fixtures_own_kernel_does_its_share_under_require_kernel():
+    res = judge(RELU_BIAS, FIX / "honest_relu_bias.py", timing=False, require_kernel=True)
+    assert res["outcome"] == "correct", res["message"]
+    assert res["work"]["own_share"] >= 0.01 and res["work"]["own_kernels"]
+
+
+def test_no_kernel_of_its_own_under_require_kernel_on_the_gpu():
+    res = judge(TRUST / "problem_cpu.py", TRUST / "honest_cpu.py", timing=False, require_kernel=True)
+    assert res["outcome"] == "no_kernel", res["message"]
+
+
+def test_timing_the_judges_overhead_per_candidate():
+    """Where a check's time goes with the candidate in its own process: printed for docs/judge.md."""
+    import time
+
+    t0 = time.perf_counter()
+    res = judge(RELU_BIAS, FIX / "honest_relu_bias.py")
+    total = time.perf_counter() - t0
+    print(f"whole check {total:.1f} s; stages {res['stage_s']}; sandbox {res['sandbox']}; "
+          f"round trip {res['timing']['round_trip_ms']:.3f} ms; candidate event {res['timing']['event_ms']:.3f} ms, "
+          f"wall less round trip {res['timing']['wall_ms']:.3f} ms; "
+          f"notes {[d for d in res['details'] if 'sandbox' in d]}")
+    assert res["outcome"] == "correct", res["message"]
+    assert res["stage_s"]["start"] < 60

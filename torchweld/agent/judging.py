@@ -81,10 +81,14 @@ def error_result(problem: Path, candidate: Path, message: str) -> dict:
 class SubprocessJudge:
     """The real judge in a child process with the slot's environment, minus the API key's variable."""
 
-    def __init__(self, check_options=None, hide_env: tuple[str, ...] = (), limit_s: float | None = None):
+    def __init__(self, check_options=None, hide_env: tuple[str, ...] = (), limit_s: float | None = None,
+                 require_kernel: bool = True):
+        from dataclasses import replace
+
         from torchweld.judge import CheckOptions
 
-        self.opts = check_options or CheckOptions()
+        # NOTE: the agent asks for custom kernels: an answer with none of its own is `no_kernel`.
+        self.opts = replace(check_options or CheckOptions(), require_kernel=require_kernel)
         self.hide = set(hide_env)
         # NOTE: the judge bounds its own run by timeout_s; this only catches a hang outside it.
         self.limit_s = limit_s or 2 * float(getattr(self.opts, "timeout_s", 600.0)) + 120.0

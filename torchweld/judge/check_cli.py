@@ -30,13 +30,17 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="only what needs no GPU: extract, scan, import with the extension builds recorded, compile "
                         "them as load_inline would; run nothing (outcome no_build or no_gpu). Without a GPU the "
                         "judge does only this")
+    p.add_argument("--require-kernel", action="store_true",
+                   help="the problem asks for custom kernels: an answer that defines no CUDA/Triton kernel of its "
+                        "own is no_kernel")
     p.set_defaults(func=run)
     return p
 
 
 def options_from(args) -> CheckOptions:
     return CheckOptions(timeout_s=args.timeout, timing=not args.no_timing, tolerance=args.tolerance,
-                        trials=args.trials, compile_mode=args.compile_mode, build_only=args.build_only)
+                        trials=args.trials, compile_mode=args.compile_mode, build_only=args.build_only,
+                        require_kernel=args.require_kernel)
 
 
 def run(args) -> int:

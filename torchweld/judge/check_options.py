@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
-OUTCOMES = ("correct", "wrong", "cheat", "no_build", "runtime_error", "timeout", "no_gpu")
+OUTCOMES = ("correct", "wrong", "cheat", "no_build", "runtime_error", "timeout", "no_gpu", "decoy_kernel",
+            "no_kernel")
 # NOTE: `no_gpu` is no verdict on the candidate: it was checked and built as far as a machine without a
 # GPU can, and not run. A bench never keeps it as a result to resume: a run on a GPU judges it again.
 NOT_RUN = "no_gpu"
 # 2 is the usage / problem-file error code; only the CLI turns outcomes into exit codes.
 EXIT_CODES = {"correct": 0, "wrong": 12, "cheat": 13, "no_build": 10, "runtime_error": 11, "timeout": 14,
-              "no_gpu": 15}
+              "no_gpu": 15, "decoy_kernel": 16, "no_kernel": 17}
 USAGE_EXIT = 2
 
 
@@ -41,6 +42,12 @@ class CheckOptions:
     # Where the bench runs several judges at once, what they share:
     gpu_lock: str | None = None  # a lock file: judges on one GPU take turns through it for the GPU work
     judges_dir: str | None = None  # judges register here; the one timing pauses the others (judge/quiet.py)
+    # The problem asks for custom kernels: an answer that defines none is `no_kernel` (the agent's default).
+    require_kernel: bool = False
+    decoy_share: float = 0.01  # own kernels under this share of the forward's GPU time: `decoy_kernel`
+    # Where the judge runs its whole protocol: "cuda", or "cpu" for tests (pure-PyTorch candidates).
+    device: str = "cuda"
+    candidate_memory_gb: float = 16.0  # the candidate's process's address space, on the CPU only
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

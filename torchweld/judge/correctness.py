@@ -7,8 +7,9 @@ import copy
 
 import torch
 
-from torchweld.judge import guards
+from torchweld.judge import attribution, guards
 from torchweld.judge.build import kernel_names
+from torchweld.judge.guards import cheat
 from torchweld.judge.tolerance import compare, downgrade_level, flatten
 
 
@@ -33,8 +34,12 @@ def stage(j, problem, pair: "Pair", source: str):
     if opts.anti_cheat:
         # NOTE: never-seen inputs, so a result cache cannot hide whether the candidate's own kernels run.
         torch.manual_seed(opts.seed * 1000 + 99)
-        fresh = to_cuda(problem.inputs())
-        j.caught(kernel_check(pair, fresh, kernel_names(source), problem.model_cls), "profiled forward")
+        fresh = pair.remote.share(problem.inputs())
+        outcome, message, cheats, work = kernel_check(pair, fresh, kernel_names(source), opts.decoy_share)
+        j.r["work"] = work
+        j.caught(cheats, "profiled forward")
+        if outcome:
+            j.finish(outcome, message)
         j.caught(stream_probe(pair, fresh, opts.stream_probes), "stream probe")
         j.check_environment("after the correctness calls")
 
@@ -77,8 +82,14 @@ def error_line(e: BaseException) -> str:
     return (s.splitlines()[0] if s else type(e).__name__)[:300]
 
 
-def to_cuda(inputs) -> list:
-    return [x.cuda() if isinstance(x, torch.Tensor) else x for x in inputs]
+def to_dev(inputs, device: str) -> list:
+    """The trusted side's own copy of inputs on the judged device (never shared with the candidate)."""
+    return [x.to(device, copy=True) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def clone_all(inputs) -> list:
@@ -94,43 +105,24 @@ def same_bits(a, b) -> bool:
     return torch.equal(a.detach().contiguous().view(torch.uint8), b.detach().contiguous().view(torch.uint8))
 
 
-def cheat(check: str, evidence: str) -> dict:
-    return {"check": check, "caught": True, "evidence": evidence}
-
-
 def _ptrs(tensors) -> set[int]:
     return {t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor) and t.numel()}
 
 
 class Pair:
-    """The reference and the candidate built from one set of constructor arguments, plus the float64 oracle."""
+    """The reference (here) and the candidate (in its process, `remote`) built from one set of constructor
+    arguments, plus the float64 oracle."""
 
-    def __init__(self, problem, cand_cls, args, kwargs, seed: int, use_oracle: bool):
+    def __init__(self, problem, remote, args, kwargs, seed: int, use_oracle: bool):
         torch.manual_seed(seed)
-        self.ref = problem.model_cls(*args, **kwargs)
-        torch.manual_seed(seed)
-        self.cand = cand_cls(*args, **kwargs)
-        self.notes = self._load_weights()
-        self.ref, self.cand = self.ref.cuda(), self.cand.cuda()
+        ref = problem.model_cls(*args, **kwargs)
+        # NOTE: the candidate gets a copy of the weights; the reference's own tensors never leave this process.
+        self.cand = remote.construct(args, kwargs, seed, ref.state_dict())
+        self.notes = self.cand.notes
+        self.remote, self.device = remote, remote.device
+        self.ref = ref.to(self.device)
         self.use_oracle, self._m64, self.oracle_error = use_oracle, None, None
-
-    def _load_weights(self) -> list[str]:
-        ref_sd, cand_sd = self.ref.state_dict(), self.cand.state_dict()
-        shapes = {k: tuple(v.shape) for k, v in ref_sd.items()}
-        cshapes = {k: tuple(v.shape) for k, v in cand_sd.items()}
-        if shapes == cshapes:
-            self.cand.load_state_dict(ref_sd, strict=True)
-            return [f"state_dict: {len(shapes)} keys match; the original's weights were loaded into the candidate"]
-        missing = sorted(set(shapes) - set(cshapes))
-        extra = sorted(set(cshapes) - set(shapes))
-        wrong = sorted(k for k in set(shapes) & set(cshapes) if shapes[k] != cshapes[k])
-        same_by_order = [tuple(v.shape) for v in ref_sd.values()] == [tuple(v.shape) for v in cand_sd.values()] and all(
-            torch.equal(a, b) for a, b in zip(ref_sd.values(), cand_sd.values()))
-        note = (f"state_dict keys differ (missing {missing[:4]}, unexpected {extra[:4]}, shape {wrong[:4]}); "
-                "the candidate keeps its own seeded weights")
-        if same_by_order:
-            note += ", which equal the original's in order"
-        return [note]
+        self.ref_aliases, self.plain = False, True
 
     def truth(self, inputs):
         """The float64 output of a copy of the reference, or None when it cannot be computed."""
@@ -141,12 +133,13 @@ class Pair:
                 self._m64 = copy.deepcopy(self.ref).double()
             out = self._m64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                               for x in inputs])
-            torch.cuda.synchronize()
+            sync(self.device)
             return out
         except Exception as e:  # noqa: BLE001 - no float64 kernel, or no memory: fall back to the table
             self.oracle_error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
             self._m64 = None
-            torch.cuda.empty_cache()
+            if self.device.startswith("cuda"):
+                torch.cuda.empty_cache()
             return None
 
     def low_precision_errors(self, inputs, truth) -> dict[str, float]:
@@ -167,11 +160,12 @@ class Pair:
 def run_trial(pair: Pair, cpu_inputs: list, label: str, opts, reuse: list | None = None, prev_out=None,
               anti_cheat: bool = True) -> tuple[dict, list[dict], list, object]:
     """One trial: (verdict, cheats caught, the candidate's inputs, the candidate's output)."""
-    ref_in = to_cuda(cpu_inputs)
-    cand_in = to_cuda(cpu_inputs)
+    ref_in = to_dev(cpu_inputs, pair.device)
+    cand_in = pair.remote.share(cpu_inputs)
     reused = False
     if reuse is not None and len(reuse) == len(cand_in) and all(
-            not isinstance(a, torch.Tensor) or (a.shape == b.shape and a.dtype == b.dtype) for a, b in zip(reuse, cand_in)):
+            not isinstance(a, torch.Tensor) or (a.shape == b.shape and a.dtype == b.dtype)
+            for a, b in zip(reuse, cand_in)):
         # NOTE: same storage, new values: a cache keyed by input address returns a stale result here.
         for a, b in zip(reuse, cand_in):
             if isinstance(a, torch.Tensor):
@@ -180,51 +174,35 @@ def run_trial(pair: Pair, cpu_inputs: list, label: str, opts, reuse: list | None
     before = clone_all(cand_in)
     ref_out = pair.ref(*ref_in)
     truth = pair.truth(ref_in)
-    ref_mutates = any(isinstance(a, torch.Tensor) and not same_bits(a, b) for a, b in zip(ref_in, before))
-    if anti_cheat:
-        guards.poison_free_memory()
-    out = pair.cand(*cand_in)
-    # NOTE: a normal caller reads the result on its current stream right away; so does this clone.
-    outs = flatten(out)
-    snap = [o.clone() for o in outs]
-    torch.cuda.synchronize()
-    cheats = []
     refs = flatten(ref_out)
-    if anti_cheat:
-        cheats += _trial_cheats(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates)
-    verdict = compare(snap if len(snap) != 1 else snap[0], ref_out, truth, opts.tolerance, opts.oracle_factor, label)
+    ref_mutates = any(isinstance(a, torch.Tensor) and not same_bits(a, b) for a, b in zip(ref_in, before))
+    pair.ref_aliases = bool(_ptrs(refs) & _ptrs(ref_in))
+    pair.plain = all(type(r) is torch.Tensor for r in refs)
+    sync(pair.device)
+    reply = pair.cand.call(cand_in, poison=anti_cheat, check=anti_cheat, ref_aliases=pair.ref_aliases,
+                           plain=pair.plain)
+    cheats = list(reply.cheats) if anti_cheat else []
+    if reply.outs is None:
+        return {"inputs": label, "ok": False, "why": "not compared: a check caught the call", "max_abs": None,
+                "rel": None, "first_bad": [], "n_bad": 0, "oracle": None}, cheats, cand_in, None
+    # NOTE: read once, here: what is judged is this copy, whatever the candidate's process does afterwards.
+    outs = [o.clone() for o in reply.outs]
+    if anti_cheat and not ref_mutates:
+        cheats += _mutations(cand_in, before)
+    verdict = compare(outs if len(outs) != 1 else outs[0], ref_out, truth, opts.tolerance, opts.oracle_factor, label)
     verdict["reused_inputs"] = reused
     if not verdict["ok"] and not cheats:
         cheats += diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, opts, anti_cheat)
-    return verdict, cheats, cand_in, out
+    return verdict, cheats, cand_in, outs
 
 
-def _trial_cheats(refs, outs, snap, ref_in, cand_in, before, prev_out, ref_mutates) -> list[dict]:
-    found = []
-    for r, o in zip(refs, outs):
-        if type(r) is torch.Tensor and type(o) is not torch.Tensor:
-            found.append(cheat("lazy_subclass", f"forward returned a {type(o).__module__}.{type(o).__name__}, "
-                                                "not a plain torch.Tensor"))
-            return found
-    for s, o in zip(snap, outs):
-        if not same_bits(s, o):
-            n = int((s != o).sum()) if s.shape == o.shape else -1
-            found.append(cheat("stream_race", f"the output read on the caller's stream right after forward() returned "
-                                              f"differs from the same tensor after a device-wide synchronize ({n} "
-                                              "elements): the result was not ready, work ran on another stream"))
-            break
-    ref_aliases = bool(_ptrs(refs) & _ptrs(ref_in))
-    if not ref_aliases and _ptrs(outs) & _ptrs(cand_in):
-        found.append(cheat("output_reuse", "the output shares storage with an input; the reference's does not"))
-    if prev_out is not None and _ptrs(outs) & _ptrs(flatten(prev_out)):
-        found.append(cheat("output_reuse", "the output is the same storage as the previous call's output, which the "
-                                           "caller still holds (a cached or pooled result buffer)"))
-    if not ref_mutates:
-        for i, (a, b) in enumerate(zip(cand_in, before)):
-            if isinstance(a, torch.Tensor) and not same_bits(a, b):
-                found.append(cheat("input_mutation", f"input {i} was changed by the candidate's forward "
-                                                     f"({int((a != b).sum())} elements); the reference leaves it alone"))
-    return found
+def _mutations(cand_in, before) -> list[dict]:
+    """The candidate's inputs as this side sees them (shared memory) against their values before the call."""
+    for i, (a, b) in enumerate(zip(cand_in, before)):
+        if isinstance(a, torch.Tensor) and not same_bits(a, b):
+            return [cheat("input_mutation", f"input {i} was changed by the candidate's forward "
+                                            f"({int((a != b).sum())} elements); the reference leaves it alone")]
+    return []
 
 
 def diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, opts, anti_cheat) -> list[dict]:
@@ -235,18 +213,16 @@ def diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, o
     frac = max((guards.poison_fraction(o) for o in outs), default=0.0)
     if anti_cheat and frac >= 0.5:
         # Plant the right answer in freed memory: a candidate that returns memory it never wrote now "passes".
-        guards.poison_free_memory(plant=refs[0])
-        again = pair.cand(*cand_in)
-        torch.cuda.synchronize()
+        # NOTE: the reference's answer goes to the candidate's process only here, where passing is the catch.
+        again = pair.cand.call(cand_in, poison=True, plant=pair.remote.share([refs[0]])[0]).out
         if compare(again, ref_out, truth, opts.tolerance, opts.oracle_factor)["ok"]:
             return [cheat("stale_memory", f"{frac:.0%} of the output was the judge's freed-memory poison; with the "
                                           "reference's result planted in freed memory instead, the candidate returned "
                                           "it: it returns memory it never wrote")]
         verdict["why"] = f"{frac:.0%} of the output never written; " + verdict["why"]
     if anti_cheat and reused:
-        fresh = to_cuda(cpu_inputs)
-        again = pair.cand(*fresh)
-        torch.cuda.synchronize()
+        fresh = pair.remote.share(cpu_inputs)
+        again = pair.cand.call(fresh).out
         if compare(again, ref_out, truth, opts.tolerance, opts.oracle_factor)["ok"]:
             return [cheat("input_cache", "wrong when new values arrive in the same input storage, right on fresh "
                                          "storage: the result is cached by input address")]
@@ -255,7 +231,7 @@ def diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, o
         return [cheat("precision_downgrade", f"returns {str(o.dtype)[6:]} where the reference returns float32")]
     orc = verdict.get("oracle")
     if r.dtype == torch.float32 and o.dtype == torch.float32 and orc and truth is not None:
-        levels = pair.low_precision_errors(to_cuda(cpu_inputs), truth)
+        levels = pair.low_precision_errors(to_dev(cpu_inputs, pair.device), truth)
         level = downgrade_level(orc["cand_rel"], levels, opts.oracle_factor)
         if level and orc["cand_rel"] < 0.05:
             return [cheat("precision_downgrade", f"error vs the float64 truth {orc['cand_rel']:.1e} is what {level} "
@@ -267,45 +243,28 @@ def diagnose(pair, verdict, cpu_inputs, cand_in, ref_out, truth, outs, reused, o
 def stream_probe(pair: Pair, inputs, calls: int) -> list[dict]:
     """Call repeatedly, reading each result on the caller's stream at once: gives a side-stream race more chances."""
     for i in range(calls):
-        guards.poison_free_memory()  # so a not-yet-written output holds poison, not last call's equal values
-        outs = flatten(pair.cand(*inputs))
-        snap = [o.clone() for o in outs]
-        torch.cuda.synchronize()
-        if not all(same_bits(s, o) for s, o in zip(snap, outs)):
-            return [cheat("stream_race", f"probe call {i + 1} of {calls}: the output read on the caller's stream right "
-                                         "after forward() returned differs from the same tensor after a device-wide "
-                                         "synchronize: the result was not ready, work ran on another stream")]
+        # NOTE: freed memory poisoned first, so a not-yet-written output holds poison, not last call's values.
+        reply = pair.cand.call(inputs, poison=True, check=True, ref_aliases=pair.ref_aliases, plain=pair.plain)
+        if reply.cheats:
+            c = dict(reply.cheats[0])
+            c["evidence"] = f"probe call {i + 1} of {calls}: " + c["evidence"]
+            return [c]
     return []
 
 
-def kernel_check(pair: Pair, cand_in, defined: set[str], problem_cls) -> list[dict]:
-    """Which kernels the candidate's forward launches, and which modules it calls (the original's?)."""
-    found = []
-    for name, mod in pair.cand.named_modules():
-        if type(mod) is problem_cls or (type(mod).__name__ == "Model" and mod is not pair.cand):
-            found.append(cheat("calls_reference", f"submodule '{name}' is an instance of the original Model"))
-            return found
-    with guards.module_calls() as called:
-        launched = guards.cuda_kernels(lambda: pair.cand(*cand_in))
-    if any(c is problem_cls or c.__name__ == "Model" for c in called):
-        found.append(cheat("calls_reference", "forward() calls the original Model"))
-    if launched is None:
-        return found
-    ours = [k for k in launched if any(_whole_word(d, k) for d in defined)]
-    if not defined:
+def kernel_check(pair: Pair, cand_in, defined: set[str], decoy_share: float):
+    """Which modules the candidate's forward calls (the original's?) and whose kernels do its work:
+    (outcome or None, message, cheats, the work split)."""
+    seen = pair.cand.profile(cand_in)
+    if seen["reference_submodule"] is not None:
+        return None, "", [cheat("calls_reference", f"submodule '{seen['reference_submodule']}' is an instance of "
+                                                   "the original Model")], None
+    if seen["calls_model"]:
+        return None, "", [cheat("calls_reference", "forward() calls the original Model")], None
+    kernels = seen["kernels"]
+    if kernels is not None and not defined:
         # NOTE: nothing custom to fall back from: a file of library calls only (what torchweld emits for a
         # lone convolution) is timed as it is; the result says so instead of calling it a cheat.
-        return found + [{"check": "no_custom_kernel", "caught": False,
-                         "evidence": "defines no CUDA/Triton kernel: forward() runs PyTorch/library ops only"}]
-    if not ours:
-        seen = [k if len(k) <= 60 else k[:57] + "..." for k in sorted(set(launched))[:3]]
-        why = "defines no CUDA/Triton kernel" if not defined else f"none of its kernels {sorted(defined)[:4]} ran"
-        found.append(cheat("no_custom_kernel", f"forward() launches no kernel of its own ({why}); "
-                                               f"kernels that ran: {seen or 'none'}"))
-    return found
-
-
-def _whole_word(name: str, text: str) -> bool:
-    import re
-
-    return re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) is not None
+        return None, "", [{"check": "no_custom_kernel", "caught": False, "evidence": "defines no CUDA/Triton "
+                           "kernel: forward() runs PyTorch/library ops only"}], None
+    return attribution.verdict([tuple(k) for k in kernels] if kernels is not None else None, defined, decoy_share)

@@ -16,7 +16,7 @@ import torch
 from torchweld.judge.guards import fp32_mode
 from torchweld.judge.timing import medians
 from torchweld.judge.tolerance import TF32, Tol, compare_tensor
-from torchweld.judge.correctness import clone_all, to_cuda
+from torchweld.judge.correctness import clone_all, to_dev
 from torchweld.problem import Problem, load_module
 
 
@@ -83,7 +83,7 @@ def _first_check(problem: Problem, path: Path, trials: int, timing: bool, tolera
     with torch.no_grad():
         for t in range(trials):
             torch.manual_seed(1000 + t)
-            inputs = to_cuda(problem.inputs())
+            inputs = to_dev(problem.inputs(), "cuda")
             input_sets.append(inputs)
             want = _outputs(ref(*clone_all(inputs)))
             got = _outputs(new(*clone_all(inputs)))

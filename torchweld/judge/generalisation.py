@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torchweld.judge.correctness import Pair, check_buffers, error_line, run_trial, to_cuda
+from torchweld.judge.correctness import Pair, check_buffers, error_line, run_trial, sync, to_dev
 
 # Constructor parameters worth varying, and the values to try (in order) other than the current one.
 _ALTERNATIVES = (
@@ -132,14 +132,14 @@ def reshape_inputs(inputs, variant: Variant, gen: torch.Generator, max_batch: in
 
 # ---- the stage ---------------------------------------------------------------------------------------
 
-def stage(j, problem, pair: Pair, init_args, cand_cls):
+def stage(j, problem, pair: Pair, init_args):
     """The other mode, then each variant as one trial (a constructor variant on models built for it);
     wrong on any variant is wrong. `j` is the child's Judging."""
     opts = j.opts
     if not opts.generalize:
         return
     j.stage("generalization")
-    other_mode(j, problem, pair, init_args, cand_cls)
+    other_mode(j, problem, pair, init_args)
     torch.manual_seed(opts.seed)
     base = problem.inputs()
     for k, v in enumerate(all_variants(problem.model_cls, base, init_args, opts.max_variants)):
@@ -153,7 +153,7 @@ def stage(j, problem, pair: Pair, init_args, cand_cls):
                 j.r["details"].append(f"generalisation {v.label} skipped: the original rejects it ({error_line(e)})")
                 continue
             try:
-                vpair = Pair(problem, cand_cls, v.init_args, v.init_kwargs, seed, pair.use_oracle)
+                vpair = Pair(problem, j.remote, v.init_args, v.init_kwargs, seed, pair.use_oracle)
             except Exception as e:  # noqa: BLE001
                 j.r["generalization"].append(failed(v.label, f"ModelNew({v.label}) raised {error_line(e)}"))
                 continue
@@ -161,16 +161,16 @@ def stage(j, problem, pair: Pair, init_args, cand_cls):
         inputs = reshape_inputs(problem.inputs(), v, torch.Generator().manual_seed(seed),
                                 max_batch=2 if vpair is not pair else None)
         try:
-            vpair.ref(*to_cuda(inputs))
-            torch.cuda.synchronize()
+            vpair.ref(*to_dev(inputs, pair.device))
+            sync(pair.device)
         except Exception as e:  # noqa: BLE001
-            _cuda_alive()
+            sync(pair.device)  # NOTE: re-raises where this process's CUDA context broke: nothing after is sound
             j.r["details"].append(f"generalisation {v.label} skipped: the original fails on it ({error_line(e)})")
             continue
         try:
             verdict, cheats, _, _ = run_trial(vpair, inputs, v.label, opts, anti_cheat=opts.anti_cheat)
         except Exception as e:  # noqa: BLE001
-            _cuda_alive()
+            j.remote.alive()
             verdict, cheats = failed(v.label, f"candidate raised {type(e).__name__}: {error_line(e)}"), []
         j.r["generalization"].append(verdict)
         j.caught(cheats, f"generalisation {v.label}")
@@ -180,7 +180,7 @@ def stage(j, problem, pair: Pair, init_args, cand_cls):
         j.finish("wrong", f"fails generalisation on {', '.join(g['inputs'] for g in bad)}: {bad[0]['why']}")
 
 
-def other_mode(j, problem, pair: Pair, init_args, cand_cls):
+def other_mode(j, problem, pair: Pair, init_args):
     """The model in the other mode (training <-> eval) where a norm keeps running statistics: the
     original and the candidate both switched, run on fresh inputs, and their buffers compared."""
     to_eval = mode_variant(pair.ref)
@@ -189,7 +189,7 @@ def other_mode(j, problem, pair: Pair, init_args, cand_cls):
     label = "eval mode" if to_eval else "training mode"
     seed = j.opts.seed * 1000 + 91
     try:
-        vpair = Pair(problem, cand_cls, init_args, {}, seed, pair.use_oracle)
+        vpair = Pair(problem, j.remote, init_args, {}, seed, pair.use_oracle)
     except Exception as e:  # noqa: BLE001
         j.r["generalization"].append(failed(label, f"ModelNew raised {error_line(e)}"))
         return
@@ -205,7 +205,7 @@ def other_mode(j, problem, pair: Pair, init_args, cand_cls):
             verdict, cheats, _, _ = run_trial(vpair, problem.inputs(), f"{what} (call {k + 1})", j.opts,
                                               anti_cheat=j.opts.anti_cheat)
         except Exception as e:  # noqa: BLE001
-            _cuda_alive()
+            j.remote.alive()
             verdict, cheats = failed(label, f"candidate raised {type(e).__name__}: {error_line(e)}"), []
         j.r["generalization"].append(verdict)
         j.caught(cheats, label)
@@ -233,8 +233,3 @@ def failed(label: str, why: str) -> dict:
     """A verdict for a variant the candidate could not even run."""
     return {"inputs": label, "ok": False, "max_abs": None, "rel": None, "first_bad": [], "n_bad": 0, "why": why,
             "oracle": None}
-
-
-def _cuda_alive():
-    """Re-raise when the CUDA context is broken (illegal address, device assert): nothing after it is sound."""
-    torch.cuda.synchronize()

@@ -171,8 +171,8 @@ def poison_fraction(t: torch.Tensor) -> float:
     return float((b == POISON_BYTE).all(dim=1).float().mean())
 
 
-def cuda_kernels(fn) -> list[str] | None:
-    """Names of the GPU kernels `fn()` launches, by the profiler; None when the profiler sees no GPU."""
+def cuda_kernel_times(fn) -> list[tuple[str, float]] | None:
+    """(name, GPU microseconds) of each kernel `fn()` launches, by the profiler; None when it sees no GPU."""
     from torch.profiler import ProfilerActivity, profile
 
     try:
@@ -181,12 +181,16 @@ def cuda_kernels(fn) -> list[str] | None:
             torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 - no CUPTI here: the check is skipped, not failed
         return None
-    names = []
+    out = []
     for e in prof.events():
         dev = getattr(e, "device_type", None)
         if dev is not None and "CUDA" in str(dev) and not e.name.startswith(("Memcpy", "Memset")):
-            names.append(e.name)
-    return names
+            out.append((e.name, float(e.time_range.elapsed_us())))
+    return out
+
+
+def cheat(check: str, evidence: str) -> dict:
+    return {"check": check, "caught": True, "evidence": evidence}
 
 
 @contextmanager

@@ -1,20 +1,26 @@
-"""The judge's parent: extract and scan the candidate, judge it in a child process (child.py), read its result."""
+"""The judge's parent: extract and scan the candidate, judge it in a child process (child.py, the trusted
+process, which runs the candidate in a process of its own), read its signed result."""
 from __future__ import annotations
 
 import ast
+import contextlib
+import hmac
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import torchweld
 from torchweld.judge.extract import CandidateError, load_candidate
-from torchweld.judge import quiet
+from torchweld.judge import quiet, sandbox
+from torchweld.judge.child import sign
 from torchweld.judge.check_options import CheckOptions
 from torchweld.judge.static import scan
 from torchweld.problem import ProblemError, load_problem
@@ -26,7 +32,7 @@ def _base(problem: Path, candidate: Path) -> dict:
     return {"problem": str(problem), "name": problem.stem, "candidate": str(candidate), "outcome": None,
             "message": "", "details": [], "build_s": None, "correctness": [], "generalization": [], "cheats": [],
             "static": [], "timing": None, "device": None, "torch": None, "precision": None, "extracted_from": None,
-            "stage_s": {}, "buffers": [], "build": None}
+            "stage_s": {}, "buffers": [], "build": None, "work": None, "sandbox": None}
 
 
 def gpu_present() -> bool:
@@ -87,6 +93,87 @@ def _crash_message(rc: int, stage: str, stderr_tail: list[str]) -> str:
     return f"the worker exited with code {rc} during {stage}" + (f": {hint}" if hint else "")
 
 
+def _run_child(problem: Path, candidate: Path, cand, opts: CheckOptions):
+    """Run the trusted child to its end or the time limit: (its verified result, timed out, rc, stderr tail)."""
+    key = secrets.token_hex(32).encode()
+    with tempfile.TemporaryDirectory(prefix="torchweld-judge-") as tmp:
+        tmp = Path(tmp)
+        source_path = candidate.resolve()
+        if cand.block is not None:
+            source_path = tmp / f"{candidate.stem}_block{cand.block.index}.py"
+            source_path.write_text(cand.source)
+        (tmp / "options.json").write_text(opts.to_json())
+        out_path, err_path = tmp / "stdout.log", tmp / "stderr.log"
+        # NOTE: the result comes down a pipe, not a file: no file the candidate's process could write holds it.
+        read_end, write_end = os.pipe()
+        cmd = [sys.executable, "-m", "torchweld.judge.child", str(problem.resolve()), str(source_path),
+               str(tmp / "options.json"), f"fd:{write_end}"]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
+        # NOTE: Inductor compiles in this process, not in a pool of compile workers: the pool's threads and
+        # processes start in the background; on a warm cache (the bench's --prewarm) it is also faster.
+        # Compile time only: torch.compile's kernels are the same.
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        lines: list[bytes] = []
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            # NOTE: a session of its own, so a hang is killed with every process the candidate started.
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.PIPE, env=env,
+                                    start_new_session=True, pass_fds=(write_end,))
+            os.close(write_end)
+            reader = threading.Thread(target=_read_lines, args=(read_end, lines), daemon=True)
+            reader.start()
+            with contextlib.suppress(OSError):
+                proc.stdin.write(key + b"\n")
+                proc.stdin.close()
+            timed_out = not _exited(proc, opts.timeout_s)
+            if timed_out:
+                # NOTE: SIGTERM first: the child kills the candidate's processes (its subreaper's orphans too).
+                with contextlib.suppress(OSError):
+                    os.kill(proc.pid, signal.SIGTERM)
+                _exited(proc, 3.0)
+            # NOTE: the whole session goes, the child's leftovers too; killed before the child is reaped,
+            # so its group id is its own.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            rc = proc.wait()
+            reader.join(timeout=10)
+        quiet.judge_ended(proc.pid, opts.judges_dir)
+        part = verified(lines, key)
+        stderr_tail = _tail(err_path)
+    return part, timed_out, rc, stderr_tail
+
+
+def _read_lines(fd: int, into: list) -> None:
+    """Every line the child writes to its result pipe, until it closes."""
+    with os.fdopen(fd, "rb") as f:
+        for line in f:
+            into.append(line)
+
+
+def verified(lines: list[bytes], key: bytes) -> dict:
+    """The child's last result whose signature holds; {} where there is none; `forged` where the last is
+    not the judge's."""
+    for text in reversed(lines):
+        try:
+            saved = json.loads(text)
+        except ValueError:
+            continue  # NOTE: a line cut off by the time limit's kill, or empty
+        try:
+            if hmac.compare_digest(sign(key, saved["result"]), str(saved["sig"])):
+                return saved["result"]
+        except (KeyError, TypeError):
+            pass
+        break
+    else:
+        return {}
+    from torchweld.judge.guards import cheat
+
+    return {"forged": cheat("forged_result", "the result does not carry the judge's signature: someone else "
+                                             f"wrote it: {text[:120]!r}")}
+
+
 def check(problem_path, candidate_path, opts: CheckOptions | None = None) -> dict:
     """Grade a candidate; raises ProblemError / FileNotFoundError for unusable inputs, else returns the result."""
     opts = opts or CheckOptions()
@@ -109,40 +196,15 @@ def check(problem_path, candidate_path, opts: CheckOptions | None = None) -> dic
     if why:
         result.update(outcome="no_build", message=why)
         return result
-    with tempfile.TemporaryDirectory(prefix="torchweld-judge-") as tmp:
-        tmp = Path(tmp)
-        source_path = candidate.resolve()
-        if cand.block is not None:
-            source_path = tmp / f"{candidate.stem}_block{cand.block.index}.py"
-            source_path.write_text(cand.source)
-        (tmp / "options.json").write_text(opts.to_json())
-        result_path, out_path, err_path = tmp / "result.json", tmp / "stdout.log", tmp / "stderr.log"
-        cmd = [sys.executable, "-m", "torchweld.judge.child", str(problem.resolve()), str(source_path),
-               str(tmp / "options.json"), str(result_path)]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
-        # NOTE: Inductor compiles in this process, not in a pool of compile workers: the pool's threads and
-        # processes start in the background and would look like the candidate's; on a warm cache (the bench's
-        # --prewarm) it is also faster. Compile time only: torch.compile's kernels are the same.
-        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            # NOTE: a session of its own, so a hang is killed with every process the candidate started.
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
-            timed_out = not _exited(proc, opts.timeout_s)
-            # NOTE: the whole session goes, the child's leftovers too (a compiler the build-only stage started,
-            # a candidate's background process); killed before the child is reaped, so its group id is its own.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            rc = proc.wait()
-        quiet.judge_ended(proc.pid, opts.judges_dir)
-        try:
-            part = json.loads(result_path.read_text())
-        except (OSError, ValueError):
-            part = {}
-        stderr_tail = _tail(err_path)
+    # NOTE: the result's key lives in this process's memory and the child's, neither readable by the
+    # candidate's process (not dumpable, for the time of the check).
+    was_dumpable = sandbox.dumpable_now()
+    sandbox.nondumpable()
+    try:
+        part, timed_out, rc, stderr_tail = _run_child(problem, candidate, cand, opts)
+    finally:
+        if was_dumpable:
+            sandbox.dumpable()
     if part.get("fatal") == "problem":
         raise ProblemError(part.get("message", f"{problem}: unusable problem"))
     stage = part.pop("stage", "start")
@@ -151,7 +213,10 @@ def check(problem_path, candidate_path, opts: CheckOptions | None = None) -> dic
             result[k] = v
     if cand.block is not None:
         result["details"] = reply_lines(result["details"], cand.block.line)
-    if timed_out:
+    if part.get("forged"):
+        result["outcome"], result["cheats"] = "cheat", result["cheats"] + [part["forged"]]
+        result["message"] = f"caught by forged_result: {part['forged']['evidence']}"
+    elif timed_out:
         result["outcome"] = "timeout"
         result["message"] = f"no result within {opts.timeout_s:g} s (still in {stage})"
     elif result["outcome"] is None:

@@ -12,6 +12,14 @@ _TIMER_PREFIXES = ("time.", "torch.cuda.Event", "torch.cuda.synchronize", "torch
                    "torch.cuda.Stream", "torch.cuda.streams", "torch._C._cuda_synchronize", "torch.cuda.Event.elapsed_time")
 _JUDGE_PREFIXES = ("torch.allclose", "torch.isclose", "torch.equal", "torch.testing", "torch.Tensor.", "builtins.",
                    "torch.cuda.memory", "torch.profiler", "torch.autograd.profiler", "threading.active_count")
+_RNG_PREFIXES = ("torch.rand", "torch.randn", "torch.randint", "torch.normal", "torch.manual_seed", "torch.seed",
+                 "torch.random.", "torch.default_generator", "torch.Tensor.normal_", "torch.Tensor.uniform_",
+                 "random.", "numpy.random.")
+# Reaching into the judge's process: the reference through gc, the caller's frames, every module's calls.
+_INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe", "inspect.stack",
+                  "inspect.currentframe", "inspect.getouterframes", "traceback.extract_stack")
+_GLOBAL_HOOKS = ("register_module_forward_hook", "register_module_forward_pre_hook",
+                 "register_module_full_backward_hook")
 _PRECISION_FLAGS = ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
 _HALF_CALLS = ("half", "bfloat16")
 _HALF_DTYPES = ("torch.float16", "torch.half", "torch.bfloat16")
@@ -24,6 +32,8 @@ _TEXT_RULES = [
     ("tensor_subclass", r"__torch_function__|__torch_dispatch__|_make_subclass|_make_wrapper_subclass",
      "defines a tensor subclass (lazy or fake results)"),
     ("half_cast", r"\b__half2?\b|__float2half|__nv_bfloat16|\bwmma::|mma\.sync", "computes in 16-bit or TF32 inside CUDA"),
+    ("verdict_write", r"result\.json|torchweld-judge-", "names the judge's result file or its temporary folder"),
+    ("introspection", r"\.f_locals\b|\.f_back\b|\.f_globals\b", "reads the caller's frames"),
 ]
 
 
@@ -81,6 +91,8 @@ class _Scan(ast.NodeVisitor):
     def _module(self, node, mod):
         if mod.split(".")[0] in _CONCURRENCY_MODULES:
             self.add("concurrency", node, f"imports {mod}")
+        if mod.split(".")[0] == "torchweld":
+            self.add("judge_patch", node, f"imports the judge's own {mod}")
 
     def visit_ClassDef(self, node):
         bases = [self.name(b) or "" for b in node.bases]
@@ -109,8 +121,10 @@ class _Scan(ast.NodeVisitor):
             return
         if full.startswith(_TIMER_PREFIXES) or full in ("time",):
             self.add("timer_patch", node, f"assigns {full}")
-        elif full.startswith(_JUDGE_PREFIXES):
+        elif full.startswith(_JUDGE_PREFIXES) or full.startswith("torchweld."):
             self.add("judge_patch", node, f"assigns {full}")
+        elif full.startswith(_RNG_PREFIXES):
+            self.add("rng_patch", node, f"assigns {full}")
         if full.startswith("torch.backends.") and full.endswith(_PRECISION_FLAGS):
             self.add("tf32_flag", node, f"sets {full}")
 
@@ -155,6 +169,10 @@ class _Scan(ast.NodeVisitor):
             obj = self.name(node.args[0]) or ""
             if obj in ("time", "torch.cuda", "torch.cuda.Event", "torch.cuda.streams", "torch._C"):
                 self.add("timer_patch", node, f"setattr on {obj}")
+        if full in _INTROSPECTION:
+            self.add("introspection", node, f"calls {full}")
+        if full.endswith(_GLOBAL_HOOKS):
+            self.add("global_hook", node, f"calls {full}: a hook on every nn.Module's call")
         if full.endswith("set_float32_matmul_precision"):
             self.add("tf32_flag", node, f"calls {full}")
         if full in ("os.fork", "os.system", "os.popen"):
