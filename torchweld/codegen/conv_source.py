@@ -1,0 +1,123 @@
+"""CUDA source for convolution sites (conv.py plans them): one prelude per file (the GEMM kind's tiles
+and k-steps, then cuh/conv_sm80.cuh), then per site a struct of its geometry and epilogue and its
+extern "C" launcher
+
+    int tw_launch_<name>(const void* x, const void* w, [const void* bias], [epilogue inputs...], void* out,
+                         int vec, void* stream)
+    int tw_conv_path_<name>(void)   // 80: the mma.sync implicit GEMM; 0: this device cannot run the site
+
+`w` is the weight packed K-major (conv.pack_weight); `vec` is 1 when x, w and out are 16-byte aligned.
+The return value is a cudaError_t."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .conv import ConvPlan, ConvSpec, plan
+from .gemm import DTYPES
+from .gemm_source import gemm_prelude
+
+CUH = Path(__file__).parent / "cuh"
+
+
+@dataclass(frozen=True)
+class ConvSite:
+    """A site's generated code: `source` (needs conv_prelude), its launcher's pointer arguments in order."""
+    plan: ConvPlan
+    source: str
+    args: tuple[str, ...]
+
+
+def conv_prelude(emu: bool = False) -> str:
+    """The GEMM prelude (skipped where the file has it already) and the convolution main loop, once per file."""
+    body = (CUH / "conv_sm80.cuh").read_text()
+    return gemm_prelude([], emu) + f"#ifndef TWC_PRELUDE\n#define TWC_PRELUDE\n{body}#endif  // TWC_PRELUDE\n"
+
+
+def _struct(p: ConvPlan, sname: str) -> str:
+    s = p.spec
+    t = DTYPES[s.dtype][0]
+    ptrs = [f"const {t}* x;", f"const {t}* w;", f"{t}* out;"]
+    ptrs += [f"const {DTYPES[x.dtype][0]}* {x.name};" for x in s.inputs]
+    views = []
+    for x in s.inputs:
+        xt = DTYPES[x.dtype][0]
+        if x.kind == "chan":
+            views.append(f"const twc_chan<{xt}> {x.name}{{p.{x.name}, {x.strides[0]}LL}};")
+        else:
+            sn, sc, *sp = x.strides
+            sd, sh, sw = (0,) * (3 - len(sp)) + tuple(sp)
+            views.append(f"const twc_full<{xt}> {x.name}{{p.{x.name}, {sn}LL, {sc}LL, {sd}LL, {sh}LL, {sw}LL}};")
+        views.append(f"(void){x.name};")
+    body = "\n    ".join(views)
+    (idd, ih, iw), (od, oh, ow), (kd, kh, kw) = p.isz, p.osz, p.ksz
+    (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = p.st, p.pad, p.dil
+    xn, xc, xd, xh, xw = p.xs
+    on, oc, osd, osh, osw = p.os
+    return f"""
+struct {sname} {{
+  using T = {t};
+  using TO = {t};
+  static constexpr int M = {p.m}, N = {p.n}, K = {p.k}, CIG = {p.cig};
+  static constexpr int ID = {idd}, IH = {ih}, IW = {iw}, OD = {od}, OH = {oh}, OW = {ow}, KD = {kd}, KH = {kh}, KW = {kw};
+  static constexpr int STD = {sd}, STH = {sh}, STW = {sw}, PD = {pd}, PH = {ph}, PW = {pw}, DD = {dd}, DH = {dh}, DW = {dw};
+  static constexpr long long XN = {xn}LL, XC = {xc}LL, XD = {xd}LL, XH = {xh}LL, XW = {xw}LL;
+  static constexpr long long ON = {on}LL, OC = {oc}LL, OSD = {osd}LL, OSH = {osh}LL, OSW = {osw}LL;
+  static constexpr bool TR = {str(s.transposed).lower()}, A_KMAJ = true, B_KMAJ = true;
+  static constexpr int PREC = {p.prec};
+  struct Ptrs {{ {" ".join(ptrs)} }};
+  TWG_DEV static float value(const Ptrs& p, const twc_pix& q, int c, float acc) {{
+    (void)p; (void)q; (void)c;
+    {body}
+    return ({s.epilogue});
+  }}
+}};
+"""
+
+
+def _launcher(p: ConvPlan, sname: str, args: tuple[str, ...]) -> str:
+    s = p.spec
+    name, t = s.name, DTYPES[s.dtype][0]
+    bm, bn, wm, wn, st = p.sm80
+    k80 = f"twc_sm80<{sname}, {bm}, {bn}, {wm}, {wn}, {st}, {{}}>"
+    smem = st * (bm + bn) * 128 + 1024
+    threads = (bm // wm) * (bn // wn) * 32
+    grid = f"dim3({-(-p.m // bm) * -(-p.n // bn)}u, {s.groups}u)"
+    params = ", ".join([f"const void* {a}" for a in args if a != "out"] + ["void* out"])
+    init = ", ".join([f"(const {t}*)x", f"(const {t}*)w", f"({t}*)out"]
+                     + [f"(const {DTYPES[x.dtype][0]}*){x.name}" for x in s.inputs])
+    return f"""static int twc_cache_{name}[TWG_MAX_DEVICES];
+static int twc_path_{name}() {{
+  const void* k80[2] = {{(const void*){k80.format('true')}, (const void*){k80.format('false')}}};
+  return twg_path(twc_cache_{name}, k80, {smem}, nullptr, 0);
+}}
+extern "C" int tw_conv_path_{name}(void) {{ return twc_path_{name}(); }}
+extern "C" int tw_launch_{name}({params}, int vec, void* stream) {{
+  const cudaStream_t st = (cudaStream_t)stream;
+  const {sname}::Ptrs ptrs{{{init}}};
+  if (twc_path_{name}() < 80) return (int)cudaErrorNotSupported;
+  if (vec && {int(p.vec)}) {{ auto k = {k80.format('true')}; TWG_LAUNCH(k, {grid}, dim3({threads}u), {smem}u, st, ptrs); }}
+  else {{ auto k = {k80.format('false')}; TWG_LAUNCH(k, {grid}, dim3({threads}u), {smem}u, st, ptrs); }}
+  return (int)cudaGetLastError();
+}}
+"""
+
+
+def conv_site(spec: ConvSpec | ConvPlan) -> ConvSite:
+    """The site's struct and launcher (the file needs conv_prelude before it)."""
+    p = spec if isinstance(spec, ConvPlan) else plan(spec)
+    s = p.spec
+    args = ("x", "w") + tuple(x.name for x in s.inputs) + ("out",)
+    sname = f"twc_site_{s.name}"
+    head = (f"\n// convolution site {s.name}: {s.n} x {s.cin} x {'x'.join(map(str, s.size))} -> {s.cout} channels, "
+            f"kernel {'x'.join(map(str, s.kernel))}, stride {s.stride}, padding {s.padding}, dilation {s.dilation}"
+            f"{f', output padding {s.output_padding}' if s.transposed else ''}, groups {s.groups}, {s.dtype}: {p.describe()}\n")
+    return ConvSite(p, head + _struct(p, sname) + _launcher(p, sname, args), args)
+
+
+def conv_source(specs: list[ConvSpec], emu: bool = False) -> str:
+    """A standalone CUDA file for these sites (what tests and bench/conv.py build)."""
+    sites = [conv_site(s) for s in specs]
+    err = 'extern "C" const char* tw_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }\n'
+    return ("// Generated by torchweld (codegen/conv_source.py). Pure CUDA: no PyTorch headers.\n"
+            + conv_prelude(emu) + err + "".join(x.source for x in sites))
