@@ -86,9 +86,13 @@ def _launcher(p: ConvPlan, sname: str, args: tuple[str, ...]) -> str:
     params = ", ".join([f"const void* {a}" for a in args if a != "out"] + ["void* out"])
     init = ", ".join([f"(const {t}*)x", f"(const {t}*)w", f"({t}*)out"]
                      + [f"(const {DTYPES[x.dtype][0]}*){x.name}" for x in s.inputs])
+    # NOTE: a site whose input cannot be gathered in 16-byte chunks has no vector build at all
+    vec = "true" if p.vec else "false"
+    vec_launch = (f"  if (vec) {{ auto k = {k80.format('true')}; TWG_LAUNCH(k, {grid}, dim3({threads}u), {smem}u, st, ptrs); }}\n"
+                  "  else ") if p.vec else ""
     return f"""static int twc_cache_{name}[TWG_MAX_DEVICES];
 static int twc_path_{name}() {{
-  const void* k80[2] = {{(const void*){k80.format('true')}, (const void*){k80.format('false')}}};
+  const void* k80[2] = {{(const void*){k80.format(vec)}, (const void*){k80.format('false')}}};
   return twg_path(twc_cache_{name}, k80, {smem}, nullptr, 0);
 }}
 extern "C" int tw_conv_path_{name}(void) {{ return twc_path_{name}(); }}
@@ -96,8 +100,7 @@ extern "C" int tw_launch_{name}({params}, int vec, void* stream) {{
   const cudaStream_t st = (cudaStream_t)stream;
   const {sname}::Ptrs ptrs{{{init}}};
   if (twc_path_{name}() < 80) return (int)cudaErrorNotSupported;
-  if (vec && {int(p.vec)}) {{ auto k = {k80.format('true')}; TWG_LAUNCH(k, {grid}, dim3({threads}u), {smem}u, st, ptrs); }}
-  else {{ auto k = {k80.format('false')}; TWG_LAUNCH(k, {grid}, dim3({threads}u), {smem}u, st, ptrs); }}
+{vec_launch}  {{ auto k = {k80.format('false')}; TWG_LAUNCH(k, {grid}, dim3({threads}u), {smem}u, st, ptrs); }}
   return (int)cudaGetLastError();
 }}
 """

@@ -68,13 +68,19 @@ TWG_DEV void twc_load_a(unsigned char* dst, const typename S::T* x, int m0, int 
   using T = typename S::T;
   constexpr int ES = sizeof(T), V = VEC ? 16 / ES : 1, PER_ROW = BK / V, CHUNKS = ROWS * PER_ROW;
   static_assert(CHUNKS % NT == 0, "tile chunks must divide among the threads");
-#pragma unroll 1  // NOTE: each chunk's address takes a dozen integer ops: unrolled, they only raise register use
-  for (int i = 0; i < CHUNKS / NT; ++i) {
+  auto chunk = [&](int i) {
     const int c = tid + i * NT, r = c / PER_ROW, kk = (c % PER_ROW) * V;
     const long long off = twc_a_offset<S>(m0 + r, k0 + kk, g);
     unsigned char* d = dst + twg_tile_off<true, BK, ES>(r, kk);
     if (VEC) twg_cp_async16(d, off >= 0 ? x + off : x, off >= 0 ? 16 : 0);
     else *reinterpret_cast<T*>(d) = off >= 0 ? x[off] : twg_to<T>(0.0f);
+  };
+  if constexpr (VEC) {
+#pragma unroll
+    for (int i = 0; i < CHUNKS / NT; ++i) chunk(i);
+  } else {
+#pragma unroll 1  // NOTE: unrolled, ptxas keeps the tile's element loads in flight and spills (as gemm_sm80.cuh's)
+    for (int i = 0; i < CHUNKS / NT; ++i) chunk(i);
   }
 }
 
