@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from torchweld.codegen import batchnorm, depthwise, gemm_kernel, pointwise, pointwise_cl, pool, reduce, reduce_rows, scan
+from torchweld.codegen import (batchnorm, conv_kernel, depthwise, gemm_kernel, pointwise, pointwise_cl, pool, reduce, reduce_rows,
+                               scan)
 from torchweld.codegen.common import PLAIN, Launch, cuh, prelude
 from torchweld.codegen.reduce import ReduceCode
 from torchweld.codegen.reduce_rows import RowCode
@@ -37,6 +38,10 @@ def _gemm_source(k: Kernel, graph: Graph) -> str:
     raise ValueError(f"{k.name}: a gemm kernel's source needs its site: module_source(..., gemm=plan.gemm_ours)")
 
 
+def _conv_source(k: Kernel, graph: Graph) -> str:
+    raise ValueError(f"{k.name}: a conv kernel's source needs its site: module_source(..., conv=plan.conv_ours)")
+
+
 
 # NOTE: the scan does not call the block reductions, but every file with a reduce kernel has carried them.
 KINDS: dict[str, Kind] = {
@@ -49,6 +54,8 @@ KINDS: dict[str, Kind] = {
     "depthwise": Kind(depthwise.source),
     # NOTE: built from its plan/gemm_ours site (module_source's `gemm`), its main loops once per file
     "gemm": Kind(_gemm_source, traffic=lambda k, graph: "operands read once per output tile, one store"),
+    # NOTE: built from its plan/conv_ours site (module_source's `conv`), its main loop once per file
+    "conv": Kind(_conv_source, traffic=lambda k, graph: "input gathered per output tile (implicit GEMM), one store"),
 }
 # Reduce kernels whose anchor has a kind of its own; the rest are "rows" or "reduce".
 ANCHOR_KINDS = {"batch_norm": "batch_norm", "cumsum": "scan"}
@@ -64,10 +71,11 @@ def kind_of(k: Kernel, nodes) -> str:
     return "rows" if is_row_kernel(list(k.nodes), nodes) else "reduce"
 
 
-def module_source(kernels: list[Kernel], graph: Graph, layouts=None, gemm: dict | None = None) -> str:
+def module_source(kernels: list[Kernel], graph: Graph, layouts=None, gemm: dict | None = None,
+                  conv: dict | None = None) -> str:
     """The whole `.cu` file: prelude, then every kernel with its launcher, and its channels-last
     build where `layouts` (conv_layout.ConvLayouts) lets operands come channels-last. `gemm`: the
-    plan's `gemm_ours`, whose sites the "gemm" kernels are built from."""
+    plan's `gemm_ours`, whose sites the "gemm" kernels are built from; `conv`: `conv_ours`, the "conv" kernels'."""
     nodes = graph.by_name()
     kinds = [KINDS[kind_of(k, nodes)] for k in kernels]
     lowp = any(n.dtype in ("float16", "bfloat16") for n in graph.nodes)
@@ -76,9 +84,15 @@ def module_source(kernels: list[Kernel], graph: Graph, layouts=None, gemm: dict 
     sites = {s.kernel.name: s for s in (gemm or {}).values() if not isinstance(s, str)}
     if any(k.kind == "gemm" for k in kernels):
         text += "\n" + gemm_kernel.prelude([sites[k.name] for k in kernels if k.kind == "gemm"], graph)
+    convs = {s.kernel.name: s for s in (conv or {}).values() if not isinstance(s, str)}
+    if any(k.kind == "conv" for k in kernels):
+        text += "\n" + conv_kernel.prelude()
     parts = []
     for k, kind in zip(kernels, kinds):
-        parts.append(gemm_kernel.source(k, graph, sites[k.name]) if k.kind == "gemm" else kind.source(k, graph))
+        if k.kind == "conv":
+            parts.append(conv_kernel.source(k, graph, convs[k.name]))
+        else:
+            parts.append(gemm_kernel.source(k, graph, sites[k.name]) if k.kind == "gemm" else kind.source(k, graph))
         strides = layouts.of(k) if layouts is not None else {}
         if strides:
             parts.append(kind.channels_last(k, graph, strides))

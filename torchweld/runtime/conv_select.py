@@ -11,8 +11,8 @@ import torch
 from torchweld.runtime.site_timing import _tw_time
 
 # pasted into files with our convolution. Each site has `ours(module, *args)` (our implicit-GEMM kernel
-# with its epilogue; None where this device has no path) and `library(fmt, *args)` (torch.convolution
-# with the input in memory format `fmt`, None: as given, then the folded ops in PyTorch).
+# with its epilogue; None where this device has no path) and `library(module, fmt, *args)`
+# (torch.convolution with input and weight in memory format `fmt`, None: as given, then the folded ops).
 # --- pasted from here ---
 def _tw_conv_pack(w, groups, transposed):
     """The weight K-major as our kernel reads it: [groups * out channels per group, taps, in channels per group]."""
@@ -33,6 +33,18 @@ def _tw_conv_packed(module, site, w, groups, transposed):
     return held[1]
 
 
+def _tw_conv_lib(module, site, fmt, x, w, *args):
+    """torch.convolution with x and w in memory format `fmt` (None: as given; w converted once per version)."""
+    if fmt is None:
+        return torch.convolution(x, w, *args)
+    packs = module.__dict__.setdefault("_tw_conv_lib_packs", {})
+    key = (id(w), w.data_ptr(), w._version)
+    held = packs.get(site)
+    if held is None or held[0] != key:
+        held = packs[site] = (key, w.contiguous(memory_format=fmt), w)
+    return torch.convolution(x.contiguous(memory_format=fmt), held[1], *args)
+
+
 def _tw_channels_last(x):
     """x with its channels innermost (any rank), a copy only where it is not."""
     cl = x.movedim(1, -1)
@@ -45,15 +57,15 @@ _TW_CONV_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
 def _tw_convk(module, site, ours, library, *args):
-    """`ours(module, *args)` or `library(fmt, *args)`, as `_tw_convk_pick` decided once per site and device."""
+    """`ours(module, *args)` or `library(module, fmt, *args)`, as `_tw_convk_pick` decided once per site and device."""
     picks = module.__dict__.setdefault("_tw_convk_picks", {})
     key = (site, args[0].get_device())
     pick = picks.get(key)
     if pick is None:
         if args[0].is_cuda and torch.cuda.is_current_stream_capturing():
-            return library(None, *args)  # NOTE: nothing is checked or timed under capture; decided at a later call
-        pick = picks[key] = _tw_convk_pick(site, lambda: ours(module, *args), library, args)
-    return ours(module, *args) if pick[0] == "ours" else library(pick[0], *args)
+            return library(module, None, *args)  # NOTE: nothing is checked or timed under capture; decided at a later call
+        pick = picks[key] = _tw_convk_pick(site, lambda: ours(module, *args), lambda f: library(module, f, *args), args)
+    return ours(module, *args) if pick[0] == "ours" else library(module, pick[0], *args)
 
 
 def _tw_convk_pick(site, ours, library, args):
@@ -64,12 +76,13 @@ def _tw_convk_pick(site, ours, library, args):
 
 
 def _tw_convk_decide(site, ours, library, args, time):
-    """(way, why): ours ("ours") where this device runs it, its outputs match cuDNN's within the dtype's
-    tolerance, and it is the fastest; else the faster of cuDNN as given (None) and channels-last."""
+    """(way, why) of the site run by `ours()` and `library(fmt)`: ours ("ours") where this device runs it,
+    its outputs match cuDNN's within the dtype's tolerance, and it is the fastest; else the faster of
+    cuDNN as given (None) and channels-last (a memory format)."""
     fmts = [None] + ([_TW_CONV_FORMATS[args[0].dim()]] if args[0].dim() in _TW_CONV_FORMATS else [])
-    ways = [(f, lambda f=f: library(f, *args)) for f in fmts]
+    ways = [(f, lambda f=f: library(f)) for f in fmts]
     mine = ours()
-    err = "this device has no convolution path" if mine is None else _tw_conv_mismatch(mine, library(None, *args))
+    err = "this device has no convolution path" if mine is None else _tw_conv_mismatch(mine, library(None))
     if err and mine is not None:
         warnings.warn(f"torchweld: our convolution at site {site} does not match cuDNN's ({err}): "
                       "cuDNN runs it", RuntimeWarning, stacklevel=4)
