@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from torchweld.codegen.conv import ConvInput, ConvSpec, normalise
+from torchweld.codegen.conv_spec import ConvInput, ConvSpec, normalise
 from torchweld.codegen.conv_source import conv_site, conv_source
 from torchweld.runtime.conv_select import _tw_conv_pack
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from conv_harness import site
-from torchweld.codegen.conv import ConvInput, ConvSpec, plan, unsupported
+from torchweld.codegen.conv_spec import ConvInput, ConvSpec, plan, unsupported
 from torchweld.codegen.conv_source import conv_source
 from torchweld.runtime.conv_select import _tw_channels_last, _tw_conv_pack
 

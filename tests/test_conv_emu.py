@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conv_harness import TOLERANCE, bind, build_emu, errors, operands, oracle, site
-from torchweld.codegen.conv import TILES, plan
+from torchweld.codegen.conv_spec import TILES, plan
 
 GXX = shutil.which("g++")
 

@@ -1,5 +1,5 @@
 """The "conv" kernel kind: a convolution site the plan records (plan/conv_ours.py) as a ConvSpec for
-our generator (conv.py, conv_source.py), its epilogue the convolution's bias and the folded pointwise
+our generator (conv_spec.py, conv_source.py), its epilogue the convolution's bias and the folded pointwise
 kernel's ops as one C++ expression, the way pointwise.py computes member nodes.
 
 The kernel reads the input channels-last (the wrapper lays it out so), the weight packed
@@ -10,7 +10,7 @@ from __future__ import annotations
 from math import prod
 
 from torchweld.codegen.common import compute
-from torchweld.codegen.conv import ConvInput, ConvSpec, channels_last, plan, unsupported
+from torchweld.codegen.conv_spec import ConvInput, ConvSpec, channels_last, plan, unsupported
 from torchweld.codegen.conv_source import ConvSite, conv_prelude, conv_site
 from torchweld.ir import Graph, Kernel
 from torchweld.plan.conv_ours import OursConv

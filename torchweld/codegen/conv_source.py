@@ -1,4 +1,4 @@
-"""CUDA source for convolution sites (conv.py plans them): one prelude per file (the GEMM kind's tiles
+"""CUDA source for convolution sites (conv_spec.py plans them): one prelude per file (the GEMM kind's tiles
 and k-steps, then cuh/conv_sm80.cuh), then per site a struct of its geometry and epilogue and its
 extern "C" launcher
 
@@ -6,14 +6,14 @@ extern "C" launcher
                          int vec, void* stream)
     int tw_conv_path_<name>(void)   // 80: the mma.sync implicit GEMM; 0: this device cannot run the site
 
-`w` is the weight packed K-major (conv.pack_weight); `vec` is 1 when x, w and out are 16-byte aligned.
+`w` is the weight packed K-major (runtime/conv_select._tw_conv_pack); `vec` is 1 when x, w and out are 16-byte aligned.
 The return value is a cudaError_t."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conv import ConvPlan, ConvSpec, plan
+from .conv_spec import ConvPlan, ConvSpec, plan
 from .gemm import DTYPES
 from .gemm_source import gemm_prelude
 

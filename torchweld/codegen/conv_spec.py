@@ -8,7 +8,7 @@ channels, k = (tap, input channel) with the channel fastest. The A operand is ga
 input as its tile loads (im2col never exists in memory): a forward tap reads input pixel
 i = o * stride - padding + t * dilation; a transposed one reads i = (o + padding - t * dilation) / stride
 where that divides exactly (no zero insertion). The weight is read K-major, packed as
-[groups * COG, taps, CIG] (what `pack_weight` makes; a forward weight in channels-last is that already).
+[groups * COG, taps, CIG] (runtime/conv_select._tw_conv_pack; a forward weight in channels-last is that already).
 """
 from __future__ import annotations
 
