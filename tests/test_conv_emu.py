@@ -5,78 +5,18 @@ groups, bias and epilogues, fp32 (3xTF32, 1xTF32), fp16, bf16, channels-last and
 (16-byte and element gathers), odd channel counts, every tile shape; plus sites drawn at random."""
 from __future__ import annotations
 
-import random
 import shutil
 
 import pytest
 import torch
 
-from conv_harness import TOLERANCE, bind, build_emu, errors, operands, oracle, site
+from conv_harness import TOLERANCE, bind, build_emu, errors, operands, oracle, random_sites, sweep
 from torchweld.codegen.conv_spec import TILES, plan
 
 GXX = shutil.which("g++")
 
 
-def _sweep() -> list:
-    cases = []
-    for dims in (1, 2, 3):
-        size = {1: 11, 2: 6, 3: (3, 4, 5)}[dims]
-        for tr in (False, True):
-            t = "t" if tr else "f"
-            op = dict(output_padding=1) if tr else {}
-            cases += [
-                site(f"{t}{dims}_basic", dims, tr, size=size, padding=1),
-                site(f"{t}{dims}_s2", dims, tr, size=size, stride=2, **op),
-                site(f"{t}{dims}_dil", dims, tr, size=size, dilation=2, padding=2, bias=True),
-                site(f"{t}{dims}_groups", dims, tr, size=size, cin=8, cout=12, groups=4, padding=1, stride=2, relu=True),
-                site(f"{t}{dims}_dw", dims, tr, size=size, cin=8, cout=8, groups=8, padding=1),
-                site(f"{t}{dims}_odd", dims, tr, size=size, cin=3, cout=5, kernel=2, stride=(2,) * dims,
-                     bias=True, x_layout="nc", out_layout="nc"),
-                site(f"{t}{dims}_h16", dims, tr, "float16", size=size, padding=1, bias=True, residual=True, relu=True),
-                site(f"{t}{dims}_b16", dims, tr, "bfloat16", size=size, stride=2, bn=True, **op),
-                site(f"{t}{dims}_1x", dims, tr, size=size, kernel=1, precision="1xtf32", out_layout="nc"),
-            ]
-    cases += [  # the mixed settings of one dim each, and every tile
-        site("f2_mixed", 2, False, size=(9, 7), kernel=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2),
-             groups=2, cin=8, cout=8, bias=True, bn=True, residual=True, relu=True, x_layout="nc"),
-        site("t2_mixed", 2, True, size=(4, 5), kernel=(3, 2), stride=(3, 2), padding=(1, 0), dilation=(2, 1),
-             output_padding=(1, 0), groups=2, cin=8, cout=6, bias=True, residual=True),
-        site("t2_op_dil", 2, True, size=5, kernel=2, stride=1, dilation=3, output_padding=2, cin=4, cout=4),
-        site("f2_pad_big", 2, False, size=4, kernel=3, padding=3, stride=3, cin=4, cout=4),
-        site("f2_k_tail", 2, False, "float16", size=5, kernel=3, cin=24, cout=40, padding=1),
-        site("f2_ncl_h16", 2, False, "float16", size=5, kernel=3, cin=16, cout=16, x_layout="nc", out_layout="nc"),
-    ]
-    cases += [site(f"tile_{bm}x{bn}", 2, False, n=3, size=7, cin=16, cout=bn + 8, padding=1, tile=(bm, bn, wm, wn),
-                   bias=True) for bm, bn, wm, wn in TILES]
-    return cases
-
-
-def _random(seed: int, count: int) -> list:
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        dims, tr = rng.choice((1, 2, 2, 3)), rng.random() < 0.4
-        g = rng.choice((1, 1, 2, 3))
-        k = tuple(rng.choice((1, 2, 3)) for _ in range(dims))
-        st = tuple(rng.choice((1, 2, 3)) for _ in range(dims))
-        dil = tuple(rng.choice((1, 1, 2)) for _ in range(dims))
-        pad = tuple(rng.randint(0, 2) for _ in range(dims))
-        opad = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(st, dil)) if tr else 0
-        size = tuple(rng.randint(2, {1: 12, 2: 6, 3: 4}[dims]) for _ in range(dims))
-        dt = rng.choice(("float32", "float32", "float16", "bfloat16"))
-        try:
-            c = site(f"rand{i}", dims, tr, dt, n=rng.randint(1, 2), cin=g * rng.choice((1, 4, 8)), cout=g * rng.choice((2, 4, 8)),
-                     size=size, kernel=k, stride=st, padding=pad, dilation=dil, output_padding=opad, groups=g,
-                     bias=rng.random() < 0.5, relu=rng.random() < 0.5, x_layout=rng.choice(("cl", "nc")),
-                     out_layout=rng.choice(("cl", "nc")))
-            plan(c.spec)
-        except ValueError:
-            continue  # an empty output: drawn again below
-        out.append(c)
-    return out
-
-
-CASES = _sweep() + _random(2026, 16)
+CASES = sweep() + random_sites(2026, 16)
 
 
 @pytest.fixture(scope="module")
