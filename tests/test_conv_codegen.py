@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,3 +122,15 @@ def test_nvcc_builds_without_spills(nvcc_logs, arch):
     want = sum(1 + plan(c.spec).vec for c in NVCC_CASES)
     assert len(kernels) == want, log[-2000:]
     assert [k for k, frame, spill in kernels if frame != "0" or spill != "0"] == []
+
+
+def test_bench_dry_run_compiles_and_plans_the_seeds(tmp_path):
+    """bench/conv.py --dry-run: the layer sites compile (sm_90a and sm_80), every seed's convolution is ours."""
+    if NVCC is None:
+        pytest.skip("nvcc not installed")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "bench" / "conv.py"), str(tmp_path), "--dry-run", "--only",
+                           "r50_1x1_h16", "seeds", "--jobs", "1"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("'every convolution ours': True") == 4, proc.stdout
+    assert (tmp_path / "r50_1x1_h16.so").exists()
