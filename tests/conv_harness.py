@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import random
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from torchweld.codegen.conv_spec import TILES, ConvInput, ConvSpec, normalise, plan
+from torchweld.codegen.conv_spec import TILES, TILES90, ConvInput, ConvSpec, normalise, plan
 from torchweld.codegen.conv_source import conv_site, conv_source
 from torchweld.runtime.conv_select import _tw_conv_pack
 
@@ -139,14 +140,15 @@ def site(id: str, dims: int = 2, transposed: bool = False, dtype: str = "float32
          cout: int = 16, size: int | tuple = 6, kernel: int | tuple = 3, stride: int | tuple = 1, padding: int | tuple = 0,
          dilation: int | tuple = 1, output_padding: int | tuple = 0, groups: int = 1, bias: bool = False,
          bn: bool = False, residual: bool = False, relu: bool = False, x_layout: str = "cl", out_layout: str = "cl",
-         precision: str = "", tile: tuple | None = None) -> Case:
+         precision: str = "", tile: tuple | None = None, tile90: tuple | None = None) -> Case:
     """A Case from torch-like arguments (ints repeat over the dims); layouts "cl" (channels-last) or
     "nc" (contiguous NCHW); the epilogue adds bias, a folded batch norm (scale, shift), a residual of
     the output's shape (contiguous), then a ReLU, in that order, each where asked."""
     tup = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v,) * dims  # noqa: E731
     s = ConvSpec(id, n=n, cin=cin, cout=cout, size=tup(size), kernel=tup(kernel), stride=tup(stride),
                  padding=tup(padding), dilation=tup(dilation), output_padding=tup(output_padding) if transposed else (),
-                 groups=groups, transposed=transposed, dtype=dtype, precision=precision, sm80_tile=tile)
+                 groups=groups, transposed=transposed, dtype=dtype, precision=precision, sm80_tile=tile,
+                 sm90_tile=tile90)
     oshape = (n, cout, *s.out_size)
     inputs, expr, steps = [], "acc", []
     if bias:
@@ -206,6 +208,13 @@ def sweep() -> list:
     ]
     cases += [site(f"tile_{bm}x{bn}", 2, False, n=3, size=7, cin=16, cout=bn + 8, padding=1, tile=(bm, bn, wm, wn),
                    bias=True) for bm, bn, wm, wn in TILES]
+    # every wgmma tile, K over more k-tiles than stages: 3xTF32 (A from registers, fold), 1xTF32 and fp16 (pipelined)
+    for (dt, prec), bm, bn in itertools.product((("float32", ""), ("float32", "1xtf32"), ("float16", "")), (64, 128), TILES90):
+        if (bm == 128) == (bn in (16, 64)):
+            continue
+        tag = {"": "3x", "1xtf32": "1x"}[prec] if dt == "float32" else "h16"
+        cases.append(site(f"w90_{tag}_{bm}x{bn}", 2, False, dt, n=2, size=(9, 8), cin=64, cout=bn - 8, padding=1,
+                          precision=prec, tile90=(bm, bn), residual=True))
     return cases
 
 

@@ -83,17 +83,17 @@ class _Lib:
         return launch
 
 
-def _emulated(result, tmp: Path, vec: bool, way):
+def _emulated(result, tmp: Path, cc: int, vec: bool, way):
     """ModelNew of `result` with `_LIB` the emulated sites, every site run `way` ("ours", or a memory format)."""
     sites = [s for s in result.plan.conv_ours.values() if isinstance(s, OursConv)]
     assert sites and all(k.kind == "conv" for k in result.plan.kernels)  # nothing else to emulate here
     prims = (Path(__file__).parents[1] / "torchweld" / "codegen" / "cuh" / "prelude.cuh").read_text()
     helpers = "\n".join(l for l in prims.splitlines() if re.match(r"template <typename T> __device__ __forceinline__ T tw_m(ax|in)", l))
-    so = build_emu([spec(s, result.plan.graph) for s in sites], tmp, head='#include "gemm_emu.h"\n' + helpers + "\n")
+    so = build_emu([spec(s, result.plan.graph) for s in sites], tmp, cc=cc, head='#include "gemm_emu.h"\n' + helpers + "\n")
     src = result.source.replace("_LIB = _tw_build() if torch.cuda.is_available() else None", "_LIB = None")
     src = re.sub(r" or not \w+\.is_cuda", "", src)
     src = re.sub(r" or \w+\.get_device\(\) != torch\.cuda\.current_device\(\)", "", src)
-    path = tmp / f"{result.problem.path.stem}_{vec}_{way}.py"
+    path = tmp / f"{result.problem.path.stem}_{cc}_{vec}_{way}.py"
     path.write_text(src)
     module = load_module(path, src, prefix="tw_conv_emu")
     module._LIB = _Lib(so, module._KERNEL_ARGS, vec)
@@ -106,8 +106,8 @@ def _emulated(result, tmp: Path, vec: bool, way):
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 @pytest.mark.parametrize("name", list(PROBLEMS))
-@pytest.mark.parametrize("vec", [True, False])
-def test_emitted_conv_matches_eager_on_the_emulator(tmp_path, name, vec):
+@pytest.mark.parametrize("cc, vec", [(90, True), (80, True), (80, False)])
+def test_emitted_conv_matches_eager_on_the_emulator(tmp_path, name, cc, vec):
     path = _problem(tmp_path, name)
     result = compile_problem(load_problem(path), Options(conv_ours=True))
     sites = result.plan.conv_ours.values()
@@ -117,7 +117,7 @@ def test_emitted_conv_matches_eager_on_the_emulator(tmp_path, name, vec):
     fmts = ["ours", "cudnn"] + ([{4: torch.channels_last, 5: torch.channels_last_3d}[inputs[0].dim()]]
                                 if inputs[0].dim() in (4, 5) and inputs[0].dtype == torch.float32 else [])
     for way in fmts:
-        ref, new = reference_and_new(path, _emulated(result, tmp_path, vec, way))
+        ref, new = reference_and_new(path, _emulated(result, tmp_path, cc, vec, way))
         with torch.no_grad():
             want, got = ref(*inputs), new(*inputs)
         launched = set(type(new).forward.__globals__["_LIB"].launched)
@@ -125,3 +125,7 @@ def test_emitted_conv_matches_eager_on_the_emulator(tmp_path, name, vec):
         assert got.shape == want.shape and not got.isnan().any(), way
         tol = 1e-4 if want.dtype == torch.float32 else 1e-2
         torch.testing.assert_close(got, want, rtol=tol, atol=tol, msg=lambda m: f"{way}: {m}")
+        if way == "ours":  # the loop the device's path names ran
+            lib = type(new).forward.__globals__["_LIB"]
+            for s in sites:
+                assert getattr(lib, f"tw_conv_path_{s.kernel.name}")() == (90 if cc == 90 and "wgmma" in s.how else 80)

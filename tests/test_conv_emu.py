@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conv_harness import TOLERANCE, bind, build_emu, errors, operands, oracle, random_sites, sweep
-from torchweld.codegen.conv_spec import TILES, plan
+from torchweld.codegen.conv_spec import TILES, TILES90, plan
 
 GXX = shutil.which("g++")
 
@@ -23,7 +23,8 @@ CASES = sweep() + random_sites(2026, 16)
 def emu(tmp_path_factory):
     if GXX is None:
         pytest.skip("g++ not installed")
-    return build_emu([c.spec for c in CASES], tmp_path_factory.mktemp("conv"))
+    out = tmp_path_factory.mktemp("conv")
+    return {cc: build_emu([c.spec for c in CASES], out, cc=cc) for cc in (80, 90)}
 
 
 def test_sweep_covers_every_setting_class():
@@ -37,16 +38,21 @@ def test_sweep_covers_every_setting_class():
     assert any(s.groups > 1 and s.groups < s.cin for s in specs) and any(s.groups == s.cin > 1 for s in specs)
     assert {plan(c.spec).vec for c in CASES} == {True, False}
     assert {tuple(plan(c.spec).sm80[:4]) for c in CASES} >= set(TILES)
+    waves = {(plan(c.spec).sm90[:2], plan(c.spec).prec) for c in CASES if plan(c.spec).sm90}
+    assert {(bm, bn) for (bm, bn), _ in waves} >= {(bm, bn) for bm in (64, 128) for bn in TILES90 if (bm == 128) != (bn in (16, 64))}
+    assert {prec for _, prec in waves} == {0, 1, 3}
 
 
-@pytest.mark.parametrize("vec", [1, 0])
+@pytest.mark.parametrize("cc, vec", [(90, 1), (80, 1), (80, 0)])
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_emulated_conv_matches_fp64(emu, case, vec):
-    """Every output element written, nothing outside the output view, error within the precision's tolerance."""
-    ops = operands(case, seed=vec)
-    err = bind(emu, case, ops, vec)()
-    assert err == 0, emu.twg_emu_error().decode()
-    assert getattr(emu, f"tw_conv_path_{case.spec.name}")() == 80
+def test_emulated_conv_matches_fp64(emu, case, cc, vec):
+    """Every output element written, nothing outside the output view, error within the precision's
+    tolerance; on cc 9.0 the wgmma loop runs every site that gathers 16 bytes."""
+    lib = emu[cc]
+    ops = operands(case, seed=vec + cc)
+    err = bind(lib, case, ops, vec)()
+    assert err == 0, lib.twg_emu_error().decode()
+    assert getattr(lib, f"tw_conv_path_{case.spec.name}")() == (90 if cc == 90 and plan(case.spec).sm90 else 80)
     ref = oracle(case, ops)
     got, view = ops["out"]
     max_err, rel, unwritten = errors(view, ref)
@@ -64,10 +70,10 @@ def test_emulator_is_not_blind(emu, tmp_path):
     bad = (conv_source.CUH / "conv_sm80.cuh").read_text().replace("if (x < 0 || x % ST) return -1;", "if (x < 0) return -1;")
     assert "x % ST" not in bad
     old = conv_source.conv_prelude
-    conv_source.conv_prelude = lambda emu=False: old(emu).replace(
+    conv_source.conv_prelude = lambda plans, emu=False: old(plans, emu).replace(
         (conv_source.CUH / "conv_sm80.cuh").read_text(), bad)
     try:
-        lib = build_emu([case.spec], tmp_path)
+        lib = build_emu([case.spec], tmp_path, cc=80)
     finally:
         conv_source.conv_prelude = old
     ops = operands(case)

@@ -11,7 +11,7 @@ from math import prod
 
 from torchweld.codegen.common import compute
 from torchweld.codegen.conv_spec import ConvInput, ConvSpec, channels_last, plan, unsupported
-from torchweld.codegen.conv_source import ConvSite, conv_prelude, conv_site
+from torchweld.codegen.conv_source import ConvSite, conv_prelude, conv_site, wgmma_uses
 from torchweld.ir import Graph, Kernel
 from torchweld.plan.conv_ours import OursConv
 
@@ -71,6 +71,11 @@ def source(k: Kernel, graph: Graph, site: OursConv) -> str:
     return f"// {k.name}: our convolution {k.anchor} with {len(k.nodes) - 1} folded ops\n" + built(site, graph).source
 
 
-def prelude() -> str:
-    """The convolution main loop (after the GEMM prelude where the file has one), once per file."""
-    return conv_prelude()
+def prelude(sites: list[OursConv], graph: Graph) -> str:
+    """The convolution main loops (after the GEMM prelude where the file has one), once per file."""
+    return conv_prelude([built(s, graph).plan for s in sites])
+
+
+def uses(sites: list[OursConv], graph: Graph) -> frozenset:
+    """The wgmma wrappers these sites call (a file with GEMM sites too has them in the GEMM's prelude)."""
+    return wgmma_uses([built(s, graph).plan for s in sites])

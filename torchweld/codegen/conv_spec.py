@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from torchweld.codegen.gemm import DTYPES, PRECISIONS
+from torchweld.codegen.gemm import DTYPES, PRECISIONS, SMEM_MAX
 
 # NOTE: names the epilogue expression sees besides its inputs (conv_source.py binds them).
 RESERVED = {"acc", "q", "c", "p"}
 KINDS = ("chan", "full")
 # (BM, BN, WM, WN): the mma.sync tiles; BN follows the group's output channels.
+TILES90 = (16, 32, 64, 128)  # wgmma N of the Hopper loop (BM: 64 or 128, one or two consumer warpgroups)
 TILES = ((128, 128, 64, 32), (128, 64, 32, 32), (64, 64, 32, 32), (128, 32, 32, 32), (64, 32, 32, 16))
 
 
@@ -59,6 +60,7 @@ class ConvSpec:
     epilogue: str = "acc"
     inputs: tuple[ConvInput, ...] = ()
     sm80_tile: tuple[int, int, int, int] | None = None  # (BM, BN, WM, WN) instead of the chosen one
+    sm90_tile: tuple[int, int] | None = None  # (BM, BN) instead of the chosen one
     sms: int = 132
 
     @property
@@ -127,6 +129,7 @@ class ConvPlan:
     os: tuple[int, int, int, int, int]
     vec: bool
     sm80: tuple[int, int, int, int, int]  # (BM, BN, WM, WN, stages)
+    sm90: tuple[int, int, int] | None  # (BM, BN, stages) of the wgmma loop; None: none (no 16-byte gather)
 
     @property
     def prec(self) -> int:
@@ -136,8 +139,10 @@ class ConvPlan:
         s = self.spec
         bm, bn, wm, wn, stg = self.sm80
         kind = "transposed conv" if s.transposed else "conv"
+        bk = 128 // DTYPES[s.dtype][1]
+        h = f"sm_90a wgmma {self.sm90[0]}x{self.sm90[1]}x{bk}, {self.sm90[2]} stages; " if self.sm90 else ""
         return (f"{s.precision} {kind}{s.dims}d implicit GEMM {s.groups} x ({self.m} x {self.k}) @ ({self.k} x {self.n}), "
-                f"mma.sync {bm}x{bn}x{128 // DTYPES[s.dtype][1]} (warps {wm}x{wn}), {stg} cp.async stages, "
+                f"{h}mma.sync {bm}x{bn}x{bk} (warps {wm}x{wn}), {stg} cp.async stages, "
                 f"{'16-byte' if self.vec else 'element'} gather")
 
 
@@ -177,6 +182,8 @@ def unsupported(spec: ConvSpec) -> str | None:
             return f"epilogue input {x.name}"
     if spec.sm80_tile and tuple(spec.sm80_tile) not in TILES:
         return f"mma.sync tile {spec.sm80_tile}"
+    if spec.sm90_tile and (spec.sm90_tile[0] not in (64, 128) or spec.sm90_tile[1] not in TILES90):
+        return f"wgmma tile {spec.sm90_tile}"
     m = s.n * math.prod(s.out_size)
     if max(m, s.n * max(s.x_strides), s.cout) >= 1 << 31:
         return "more than 2^31 output pixels"
@@ -197,6 +204,18 @@ def _pick_sm80(spec: ConvSpec, m: int, n: int) -> tuple[int, int, int, int, int]
             best = (cost, bm, bn, wm, wn)
     _, bm, bn, wm, wn = best
     return bm, bn, wm, wn, 3 if bm + bn > 128 else 4
+
+
+def _pick_sm90(spec: ConvSpec, m: int, n: int) -> tuple[int, int, int]:
+    if spec.sm90_tile:
+        bm, bn = spec.sm90_tile
+    else:
+        bn = next((b for b in TILES90 if b >= n), TILES90[-1])
+        # NOTE: a lead, not a measurement: two consumer warpgroups where the grid still fills the machine
+        bm = 128 if math.ceil(m / 128) * math.ceil(n / bn) * spec.groups >= spec.sms else 64
+    stage = (bm + bn * (2 if spec.precision == "3xtf32" else 1)) * 128
+    stages = max(s for s in range(2, 7) if s == 2 or s * stage + 1024 <= SMEM_MAX)
+    return bm, bn, stages
 
 
 def plan(spec: ConvSpec) -> ConvPlan:
@@ -220,4 +239,5 @@ def plan(spec: ConvSpec) -> ConvPlan:
     # every group's first channel and every pixel's address 16-byte aligned.
     vec = xc == 1 and cig % v == 0 and all(x % v == 0 for x in xs[:1] + xs[2:])
     return ConvPlan(s, m, cog, k, cig, _pad3(s.size, 1), osz, _pad3(s.kernel, 1), _pad3(s.stride, 1),
-                    _pad3(s.padding, 0), _pad3(s.dilation, 1), xs, os_, vec, _pick_sm80(s, m, cog))
+                    _pad3(s.padding, 0), _pad3(s.dilation, 1), xs, os_, vec, _pick_sm80(s, m, cog),
+                    _pick_sm90(s, m, cog) if vec else None)

@@ -82,11 +82,13 @@ def module_source(kernels: list[Kernel], graph: Graph, layouts=None, gemm: dict 
     preludes = dict.fromkeys(name for kind in kinds for name in kind.preludes)  # once each, in the order kernels first need them
     text = prelude(lowp) + "".join("\n" + cuh(name) for name in preludes)
     sites = {s.kernel.name: s for s in (gemm or {}).values() if not isinstance(s, str)}
-    if any(k.kind == "gemm" for k in kernels):
-        text += "\n" + gemm_kernel.prelude([sites[k.name] for k in kernels if k.kind == "gemm"], graph)
     convs = {s.kernel.name: s for s in (conv or {}).values() if not isinstance(s, str)}
-    if any(k.kind == "conv" for k in kernels):
-        text += "\n" + conv_kernel.prelude()
+    ours_conv = [convs[k.name] for k in kernels if k.kind == "conv"]
+    if any(k.kind == "gemm" for k in kernels):  # NOTE: carries the convolutions' wgmma wrappers too (one prelude)
+        extra = conv_kernel.uses(ours_conv, graph) if ours_conv else frozenset()
+        text += "\n" + gemm_kernel.prelude([sites[k.name] for k in kernels if k.kind == "gemm"], graph, extra)
+    if ours_conv:
+        text += "\n" + conv_kernel.prelude(ours_conv, graph)
     parts = []
     for k, kind in zip(kernels, kinds):
         if k.kind == "conv":

@@ -63,7 +63,7 @@ template <class S> TWG_DEV long long twc_a_offset(int m, int k, int g) {
 // A's tile (ROWS output pixels from m0) x (BK of k from k0), K-major as gemm_tile.cuh lays it out.
 // VEC: a 16-byte cp.async per V channels of one tap (the plan checked that chunks never straddle a
 // tap and are aligned), zero-filled by the copy where the tap reads outside; else element loads.
-template <class S, int ROWS, int BK, int NT, bool VEC>
+template <class S, int ROWS, int BK, int NT, bool VEC, bool UNROLL = VEC>
 TWG_DEV void twc_load_a(unsigned char* dst, const typename S::T* x, int m0, int k0, int g, int tid) {
   using T = typename S::T;
   constexpr int ES = sizeof(T), V = VEC ? 16 / ES : 1, PER_ROW = BK / V, CHUNKS = ROWS * PER_ROW;
@@ -75,11 +75,12 @@ TWG_DEV void twc_load_a(unsigned char* dst, const typename S::T* x, int m0, int 
     if (VEC) twg_cp_async16(d, off >= 0 ? x + off : x, off >= 0 ? 16 : 0);
     else *reinterpret_cast<T*>(d) = off >= 0 ? x[off] : twg_to<T>(0.0f);
   };
-  if constexpr (VEC) {
+  if constexpr (UNROLL) {
 #pragma unroll
     for (int i = 0; i < CHUNKS / NT; ++i) chunk(i);
   } else {
-#pragma unroll 1  // NOTE: unrolled, ptxas keeps the tile's element loads in flight and spills (as gemm_sm80.cuh's)
+#pragma unroll 1  // NOTE: unrolled, ptxas keeps the tile's element loads in flight and spills (as gemm_sm80.cuh's),
+                   // as it does the Hopper producer's addresses within its register budget
     for (int i = 0; i < CHUNKS / NT; ++i) chunk(i);
   }
 }
