@@ -38,6 +38,13 @@ PROBLEMS = {
     "c2_f16_relu": ("torch.relu(self.conv(x))", "self.conv = torch.nn.Conv2d(16, 24, 3, padding=1).half()",
                     "torch.randn(2, 16, 6, 6).half(),"),
     "c2_alone": ("self.conv(x)", "self.conv = torch.nn.Conv2d(5, 7, 2, stride=2)", "torch.randn(2, 5, 9, 8),"),
+    "t2_stride_gt_kernel": ("torch.sigmoid(self.conv(x))", "self.conv = torch.nn.ConvTranspose2d(8, 8, 2, stride=3)",
+                            "torch.randn(2, 8, 4, 5),"),
+    "resnet_basic_block": ("torch.relu(self.bn2(self.c2(torch.relu(self.bn1(self.c1(x))))) + x)",
+                           "self.c1 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False); self.bn1 = torch.nn.BatchNorm2d(16); "
+                           "self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False); self.bn2 = torch.nn.BatchNorm2d(16); "
+                           "self.bn1.running_var.uniform_(0.5, 2.0); self.bn2.running_mean.normal_(); self.eval()",
+                           "torch.randn(2, 16, 6, 7),"),
 }
 
 
