@@ -40,6 +40,13 @@ CASES = sweep() + random_sites(2026, 16) + LAYERS
 IDS = [c.id for c in CASES]
 
 
+def cflags() -> list[str]:
+    """What an emitted file's build adds (`_tw_gemm_flags`): sm_90a on an sm_90 device (wgmma, setmaxnreg).
+    NOTE: an `arch` flag here replaces load_inline's own arch flags, so it is given on sm_90 devices only."""
+    return ["-O3", "-lineinfo"] + (["-gencode=arch=compute_90a,code=sm_90a"]
+                                   if torch.cuda.get_device_capability() == (9, 0) else [])
+
+
 @pytest.fixture(scope="session")
 def libs():
     """The sites in 4 extensions built in parallel, opened with ctypes: {case id: library}."""
@@ -47,7 +54,7 @@ def libs():
 
     def build(chunk):
         src = conv_source([c.spec for c in chunk])
-        flags = ["-O3", "-lineinfo"]
+        flags = cflags()
         name = "tw_conv_test_" + hashlib.sha256((src + repr(flags)).encode()).hexdigest()[:16]
         kw = dict(name=name, cpp_sources="", cuda_sources=src, is_python_module=False, extra_cuda_cflags=flags)
         if "no_implicit_headers" in inspect.signature(cpp_extension.load_inline).parameters:
@@ -66,9 +73,11 @@ def _stream() -> int:
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @pytest.mark.parametrize("vec", [1, 0])
 def test_conv_matches_fp64(libs, case, vec):
+    """vec 1: the wgmma loop on Hopper where the site gathers 16 bytes (else mma.sync); vec 0: element gathers."""
     lib = libs[case.id]
-    assert getattr(lib, f"tw_conv_path_{case.spec.name}")() == 80
     p = plan(case.spec)
+    hopper = torch.cuda.get_device_capability() == (9, 0) and p.sm90 is not None
+    assert getattr(lib, f"tw_conv_path_{case.spec.name}")() == (90 if hopper else 80), "built with sm_90a?"
     for seed in (1, 2):  # fresh inputs each run
         ops = operands(case, seed=seed + 10 * vec, device="cuda")
         assert bind(lib, case, ops, vec, _stream())() == 0

@@ -46,12 +46,14 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     convs = [k for k in plan.kernels if k.kind == "conv"]
     n_ptrs.update({k.name: len(conv_built(conv_site_of(k, plan), graph).args) for k in convs})
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", ""]
-    if ours:  # NOTE: before the build, which reads `_tw_gemm_flags` (files without our GEMM stay as they were)
+    # NOTE: before the build, which reads `_tw_gemm_flags` (sm_90a for our GEMM's and convolution's
+    # Hopper loops; files without either stay as they were)
+    if ours or convs:
         out += [pasted("site_timing"), "", pasted("gemm_select"), "", gemm_build(pasted("extension")), ""]
     else:
         out += [pasted("extension"), ""]
     timed = plan.timed_gemm_sites
-    runtime = [("site_timing", (plan.conv_sites or timed or convs) and not ours), ("conv_run", plan.conv_sites),
+    runtime = [("site_timing", (plan.conv_sites or timed) and not (ours or convs)), ("conv_run", plan.conv_sites),
                ("conv_select", convs),
                ("gemm_way_pick", timed), ("fold", any(n.op == FOLD for n in graph.nodes)), ("pack", plan.packed_weights),
                ("tf32", options.precision is Precision.TF32), ("graph", plan.cuda_graph)]
