@@ -206,6 +206,15 @@ def sweep() -> list:
         site("f2_k_tail", 2, False, "float16", size=5, kernel=3, cin=24, cout=40, padding=1),
         site("f2_ncl_h16", 2, False, "float16", size=5, kernel=3, cin=16, cout=16, x_layout="nc", out_layout="nc"),
     ]
+    cases += [  # transposed with rows ordered by phase (taps reading zero skipped); tiles of one and of two phases
+        site("p2_phased", 2, True, size=5, kernel=3, stride=2, padding=1, output_padding=1, cin=32, cout=16, bias=True),
+        site("p2_phased_k4", 2, True, n=2, size=8, kernel=4, stride=2, padding=1, cin=32, cout=24, relu=True),
+        site("p1_phased_dil", 1, True, size=9, kernel=5, stride=2, dilation=3, padding=3, output_padding=1, cin=32, cout=8),
+        site("p2_phased_gt", 2, True, "float16", size=4, kernel=2, stride=3, output_padding=1, cin=64, cout=8, bias=True),
+        site("p3_phased_h16", 3, True, "float16", size=(2, 3, 4), kernel=2, stride=2, cin=64, cout=16, residual=True),
+        site("p3_phased_hw", 3, True, size=(3, 3, 2), kernel=(1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1),
+             output_padding=(0, 1, 1), cin=64, cout=16, groups=2, precision="1xtf32"),
+    ]
     cases += [site(f"tile_{bm}x{bn}", 2, False, n=3, size=7, cin=16, cout=bn + 8, padding=1, tile=(bm, bn, wm, wn),
                    bias=True) for bm, bn, wm, wn in TILES]
     # every wgmma tile, K over more k-tiles than stages: 3xTF32 (A from registers, fold), 1xTF32 and fp16 (pipelined)

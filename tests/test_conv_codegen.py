@@ -29,7 +29,8 @@ NVCC_CASES = [
     site("r50_b16_wide", 2, False, "bfloat16", n=32, cin=256, cout=256, size=14, padding=1, bn=True, relu=True),
     site("r50_1x_wide", 2, False, n=32, cin=256, cout=256, size=14, padding=1, precision="1xtf32"),
     site("t3_b16", 3, True, "bfloat16", n=4, cin=32, cout=32, size=8, kernel=2, stride=2),
-    site("t2_f32", 2, True, n=8, cin=64, cout=32, size=32, kernel=4, stride=2, padding=1, bias=True),
+    site("t2_f32", 2, True, n=8, cin=64, cout=32, size=32, kernel=4, stride=2, padding=1, bias=True),  # phase-ordered
+    site("t2_f32_all_taps", 2, True, n=8, cin=48, cout=32, size=32, kernel=3, stride=2, bias=True),
     site("f1_1x", 1, False, n=8, cin=64, cout=64, size=1000, kernel=5, padding=2, precision="1xtf32"),
     site("nc_f32", 2, False, n=4, cin=3, cout=64, size=224, kernel=7, stride=2, padding=3, x_layout="nc", out_layout="nc"),
 ]
@@ -87,6 +88,14 @@ def test_channels_last_of_any_rank():
         y = _tw_channels_last(x)
         assert torch.equal(x, y) and y.movedim(1, -1).is_contiguous()
         assert _tw_channels_last(y) is y
+
+
+def test_phase_ordered_rows_where_a_transposed_stride_leaves_taps_reading_zero():
+    assert plan(site("a", 2, True, cin=32, kernel=4, stride=2, padding=1).spec).phased
+    assert not plan(site("a", 2, True, cin=32, kernel=3, stride=2).spec).phased  # 13 = 2 x 6 + 1 outputs
+    assert not plan(site("a", 2, True, cin=16, kernel=4, stride=2, padding=1).spec).phased  # half a k-tile a tap
+    assert not plan(site("a", 2, False, cin=32, kernel=4, stride=2, padding=1).spec).phased
+    assert not plan(site("a", 2, True, cin=32, kernel=3, stride=1).spec).phased
 
 
 def test_plan_gathers_in_16_bytes_only_where_chunks_stay_in_one_tap():

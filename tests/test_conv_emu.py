@@ -37,6 +37,7 @@ def test_sweep_covers_every_setting_class():
     assert any(s.transposed and max(s.output_padding) > 0 for s in specs)
     assert any(s.groups > 1 and s.groups < s.cin for s in specs) and any(s.groups == s.cin > 1 for s in specs)
     assert {plan(c.spec).vec for c in CASES} == {True, False}
+    assert {s.dims for c in CASES if plan(c.spec).phased for s in [c.spec]} == {1, 2, 3}
     assert {tuple(plan(c.spec).sm80[:4]) for c in CASES} >= set(TILES)
     waves = {(plan(c.spec).sm90[:2], plan(c.spec).prec) for c in CASES if plan(c.spec).sm90}
     assert {(bm, bn) for (bm, bn), _ in waves} >= {(bm, bn) for bm in (64, 128) for bn in TILES90 if (bm == 128) != (bn in (16, 64))}
@@ -62,13 +63,17 @@ def test_emulated_conv_matches_fp64(emu, case, cc, vec):
     assert got[outside].isnan().all(), "written outside the output view"
 
 
-def test_emulator_is_not_blind(emu, tmp_path):
-    """A kernel with the transposed gather's divisibility test removed (zero insertion forgotten) fails."""
-    import conv_harness
+@pytest.mark.parametrize("cid, old, new", [
+    ("t2_s2", "if (x < 0 || x % ST) return -1;", "if (x < 0) return -1;"),  # the transposed divisibility test
+    ("p2_phased_k4", "count = first < 0 ? 0 : (K - 1 - first) / step + 1;", "count = first < 0 ? 0 : 1;"),  # the tap skip
+])
+def test_emulator_is_not_blind(emu, tmp_path, cid, old, new):
+    """A kernel with the transposed gather's divisibility test removed (zero insertion forgotten), or one
+    that skips taps that do reach a phase, fails."""
     from torchweld.codegen import conv_source
-    case = next(c for c in CASES if c.id == "t2_s2")
-    bad = (conv_source.CUH / "conv_sm80.cuh").read_text().replace("if (x < 0 || x % ST) return -1;", "if (x < 0) return -1;")
-    assert "x % ST" not in bad
+    case = next(c for c in CASES if c.id == cid)
+    bad = (conv_source.CUH / "conv_sm80.cuh").read_text().replace(old, new)
+    assert old not in bad
     old = conv_source.conv_prelude
     conv_source.conv_prelude = lambda plans, emu=False: old(plans, emu).replace(
         (conv_source.CUH / "conv_sm80.cuh").read_text(), bad)

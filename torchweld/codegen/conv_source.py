@@ -71,12 +71,13 @@ def _struct(p: ConvPlan, sname: str) -> str:
 struct {sname} {{
   using T = {t};
   using TO = {t};
-  static constexpr int M = {p.m}, N = {p.n}, K = {p.k}, CIG = {p.cig};
+  static constexpr int M = {p.m}, N = {p.n}, K = {p.k}, CIG = {p.cig}, NB = {s.n};
   static constexpr int ID = {idd}, IH = {ih}, IW = {iw}, OD = {od}, OH = {oh}, OW = {ow}, KD = {kd}, KH = {kh}, KW = {kw};
   static constexpr int STD = {sd}, STH = {sh}, STW = {sw}, PD = {pd}, PH = {ph}, PW = {pw}, DD = {dd}, DH = {dh}, DW = {dw};
   static constexpr long long XN = {xn}LL, XC = {xc}LL, XD = {xd}LL, XH = {xh}LL, XW = {xw}LL;
   static constexpr long long ON = {on}LL, OC = {oc}LL, OSD = {osd}LL, OSH = {osh}LL, OSW = {osw}LL;
-  static constexpr bool TR = {str(s.transposed).lower()}, A_KMAJ = true, B_KMAJ = true, B_HI_RNA = false;
+  static constexpr bool TR = {str(s.transposed).lower()}, PHASED = {str(p.phased).lower()}, A_KMAJ = true, B_KMAJ = true;
+  static constexpr bool B_HI_RNA = false;
   static constexpr int PREC = {p.prec}, FOLD = {int(p.prec == 3)};
   struct Ptrs {{ {" ".join(ptrs)} }};
   TWG_DEV static float value(const Ptrs& p, const twc_pix& q, int c, float acc) {{

@@ -130,6 +130,7 @@ class ConvPlan:
     vec: bool
     sm80: tuple[int, int, int, int, int]  # (BM, BN, WM, WN, stages)
     sm90: tuple[int, int, int] | None  # (BM, BN, stages) of the wgmma loop; None: none (no 16-byte gather)
+    phased: bool = False  # rows ordered by output phase: a tile of one phase runs only the taps reaching it
 
     @property
     def prec(self) -> int:
@@ -143,7 +144,8 @@ class ConvPlan:
         h = f"sm_90a wgmma {self.sm90[0]}x{self.sm90[1]}x{bk}, {self.sm90[2]} stages; " if self.sm90 else ""
         return (f"{s.precision} {kind}{s.dims}d implicit GEMM {s.groups} x ({self.m} x {self.k}) @ ({self.k} x {self.n}), "
                 f"{h}mma.sync {bm}x{bn}x{bk} (warps {wm}x{wn}), {stg} cp.async stages, "
-                f"{'16-byte' if self.vec else 'element'} gather")
+                f"{'16-byte' if self.vec else 'element'} gather" + (", phase-ordered rows (taps reading zero skipped)"
+                                                                       if self.phased else ""))
 
 
 def _pad3(t: tuple, fill: int) -> tuple:
@@ -240,4 +242,12 @@ def plan(spec: ConvSpec) -> ConvPlan:
     vec = xc == 1 and cig % v == 0 and all(x % v == 0 for x in xs[:1] + xs[2:])
     return ConvPlan(s, m, cog, k, cig, _pad3(s.size, 1), osz, _pad3(s.kernel, 1), _pad3(s.stride, 1),
                     _pad3(s.padding, 0), _pad3(s.dilation, 1), xs, os_, vec, _pick_sm80(s, m, cog),
-                    _pick_sm90(s, m, cog) if vec else None)
+                    _pick_sm90(s, m, cog) if vec else None, _phased(s, cig))
+
+
+def _phased(s: ConvSpec, cig: int) -> bool:
+    """Rows by phase pay where a transposed convolution's stride leaves most taps reading zero; the k-tile
+    skip needs every output size a multiple of its stride and each tap's channels whole k-tiles."""
+    bk = 128 // DTYPES[s.dtype][1]
+    return s.transposed and max(s.stride) > 1 and all(o % st == 0 for o, st in zip(s.out_size, s.stride)) \
+        and cig % bk == 0

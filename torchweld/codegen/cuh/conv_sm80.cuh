@@ -24,8 +24,21 @@ template <typename T> struct twc_full {
   }
 };
 
+// Output pixel of GEMM row m. Phase-ordered sites (S::PHASED: transposed, every output size a multiple
+// of its stride) order rows by o mod stride first, so that a tile's rows share one phase and with it
+// the set of taps that reach them (twc_ktiles).
 template <class S> TWG_DEV twc_pix twc_pixel(int m) {
   twc_pix q;
+  if constexpr (S::PHASED) {
+    constexpr int QD = S::OD / S::STD, QH = S::OH / S::STH, QW = S::OW / S::STW;
+    const int qw = m % QW, qh = (m / QW) % QH, qd = (m / (QW * QH)) % QD, r = m / (QW * QH * QD);
+    const int a = r / S::NB;
+    q.n = r % S::NB;
+    q.w = qw * S::STW + a % S::STW;
+    q.h = qh * S::STH + (a / S::STW) % S::STH;
+    q.d = qd * S::STD + a / (S::STW * S::STH);
+    return q;
+  }
   q.w = m % S::OW;
   m /= S::OW;
   q.h = m % S::OH;
@@ -34,6 +47,47 @@ template <class S> TWG_DEV twc_pix twc_pixel(int m) {
   q.n = m / S::OD;
   return q;
 }
+
+// The taps of one dim a phase-a output reads: t = first + i * step, i < count ((a + PAD - t DIL) % ST == 0).
+template <int K, int ST, int PAD, int DIL> TWG_DEV void twc_taps(int a, int& first, int& step, int& count) {
+  step = 1;
+  while ((step * DIL) % ST) ++step;  // the taps reaching one output repeat every `step`
+  first = -1;
+  for (int t = 0; t < step && t < K; ++t)
+    if (first < 0 && (a + PAD - t * DIL) % ST == 0) first = t;
+  count = first < 0 ? 0 : (K - 1 - first) / step + 1;
+}
+
+// The k-tiles a block runs, in order: every one (KT), or for a tile of one phase the k-tiles of the taps
+// that reach it (channels of one tap fill whole k-tiles: CIG % BK == 0), at least one: a tile no tap
+// reaches runs one k-tile of a tap that reads zero for it, so its outputs are the epilogue of 0.
+template <class S, int BK> struct twc_ktiles {
+  int total, fd, fh, fw, sd, sh, sw, ch, cw;  // NOTE: scalars, not arrays: an array here went to local memory
+  TWG_DEV void init(int m0, int rows) {
+    total = (S::K + BK - 1) / BK;
+    fd = fh = fw = 0, sd = sh = sw = 1, ch = S::KH, cw = S::KW;
+    if constexpr (S::PHASED) {
+      constexpr int PER = S::NB * (S::OD / S::STD) * (S::OH / S::STH) * (S::OW / S::STW);
+      const int last = min(m0 + rows, S::M) - 1;
+      if (m0 / PER != last / PER) return;  // rows of two phases: every k-tile
+      const int a = m0 / PER;
+      int cd;
+      twc_taps<S::KD, S::STD, S::PD, S::DD>(a / (S::STW * S::STH), fd, sd, cd);
+      twc_taps<S::KH, S::STH, S::PH, S::DH>((a / S::STW) % S::STH, fh, sh, ch);
+      twc_taps<S::KW, S::STW, S::PW, S::DW>(a % S::STW, fw, sw, cw);
+      const int taps = cd * ch * cw;
+      total = max(taps, 1) * (S::CIG / BK);
+      if (!taps) fd = fh = fw = 0, ch = cw = 1;  // tap 0 reads zero for this phase
+    }
+  }
+  TWG_DEV int k0(int it) const {
+    if constexpr (!S::PHASED) return it * BK;
+    constexpr int PER_TAP = S::CIG / BK > 0 ? S::CIG / BK : 1;
+    const int j = it / PER_TAP, jw = j % cw, jh = (j / cw) % ch, jd = j / (cw * ch);
+    const int tap = ((fd + jd * sd) * S::KH + (fh + jh * sh)) * S::KW + (fw + jw * sw);
+    return tap * S::CIG + (it % PER_TAP) * BK;
+  }
+};
 
 // The input coordinate tap t of output coordinate o reads along one dim, or -1 where it reads zero
 // (outside the input; for a transposed convolution also where stride does not divide).
@@ -63,7 +117,7 @@ template <class S> TWG_DEV long long twc_a_offset(int m, int k, int g) {
 // A's tile (ROWS output pixels from m0) x (BK of k from k0), K-major as gemm_tile.cuh lays it out.
 // VEC: a 16-byte cp.async per V channels of one tap (the plan checked that chunks never straddle a
 // tap and are aligned), zero-filled by the copy where the tap reads outside; else element loads.
-template <class S, int ROWS, int BK, int NT, bool VEC, bool UNROLL = VEC>
+template <class S, int ROWS, int BK, int NT, bool VEC, int UNROLL = 1>
 TWG_DEV void twc_load_a(unsigned char* dst, const typename S::T* x, int m0, int k0, int g, int tid) {
   using T = typename S::T;
   constexpr int ES = sizeof(T), V = VEC ? 16 / ES : 1, PER_ROW = BK / V, CHUNKS = ROWS * PER_ROW;
@@ -75,8 +129,8 @@ TWG_DEV void twc_load_a(unsigned char* dst, const typename S::T* x, int m0, int 
     if (VEC) twg_cp_async16(d, off >= 0 ? x + off : x, off >= 0 ? 16 : 0);
     else *reinterpret_cast<T*>(d) = off >= 0 ? x[off] : twg_to<T>(0.0f);
   };
-  if constexpr (UNROLL) {
-#pragma unroll
+  if constexpr (UNROLL > 1) {
+#pragma unroll UNROLL
     for (int i = 0; i < CHUNKS / NT; ++i) chunk(i);
   } else {
 #pragma unroll 1  // NOTE: unrolled, ptxas keeps the tile's element loads in flight and spills (as gemm_sm80.cuh's),
@@ -101,9 +155,12 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) twc_sm80(const typ
 #if defined(TWG_SM80)
   using T = typename S::T;
   constexpr int ES = sizeof(T), BK = 128 / ES, NT = (BM / WM) * (BN / WN) * 32;
-  constexpr int KT = (S::K + BK - 1) / BK, TILES_M = (S::M + BM - 1) / BM, TILES_N = (S::N + BN - 1) / BN;
+  constexpr int TILES_M = (S::M + BM - 1) / BM, TILES_N = (S::N + BN - 1) / BN;
   constexpr int MF = WM / 16, NF = WN / 8, KSTEP = ES == 4 ? 8 : 16;
   constexpr int A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
+  // NOTE: the 16-byte gather unrolled whole up to 4 chunks a thread, else by 2: both ways ptxas spilled
+  // a few bytes in some configurations otherwise (no spills in the nvcc test's set as chosen here)
+  constexpr int A_CHUNKS = BM * 8 / NT, A_UNROLL = !VEC ? 1 : A_CHUNKS <= 4 ? A_CHUNKS : 2;
   unsigned char* smem = twg_align1024(twg_dyn_smem());
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, gq = lane / 4, t = lane % 4;
   const int wm0 = (warp / (BN / WN)) * WM, wn0 = (warp % (BN / WN)) * WN;
@@ -112,11 +169,14 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) twc_sm80(const typ
   twg_tile_of<8>(blockIdx.x, TILES_M, TILES_N, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN;
   const T* W = p.w + (long long)g * S::N * S::K;
+  twc_ktiles<S, BK> kt;
+  kt.init(m0, BM);
+  const int total = kt.total;
 
   auto load = [&](int it) {
     unsigned char* st = smem + (it % STAGES) * STAGE;
-    const int k0 = it * BK;
-    twc_load_a<S, BM, BK, NT, VEC>(st, p.x, m0, k0, g, tid);
+    const int k0 = kt.k0(it);
+    twc_load_a<S, BM, BK, NT, VEC, A_UNROLL>(st, p.x, m0, k0, g, tid);
     twg_load_tile<T, true, BN, BK, NT, VEC>(st + A_BYTES, W, n0, k0, S::N, S::K, (long long)S::K, 1LL, tid);
   };
 
@@ -127,13 +187,13 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) twc_sm80(const typ
     for (int j = 0; j < NF; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < KT) load(s);
+    if (s < total) load(s);
     twg_cp_commit();
   }
-  for (int it = 0; it < KT; ++it) {
+  for (int it = 0; it < total; ++it) {
     twg_cp_wait<STAGES - 2>();  // this thread's copies for `it` have landed...
     __syncthreads();             // ...and everyone's; the stage refilled below was read last iteration
-    if (it + STAGES - 1 < KT) load(it + STAGES - 1);
+    if (it + STAGES - 1 < total) load(it + STAGES - 1);
     twg_cp_commit();
     const unsigned char* sa = smem + (it % STAGES) * STAGE;
 #pragma unroll 1  // NOTE: as in gemm_sm80.cuh: unrolled, the compiler hoists every step's fragment loads and spills

@@ -45,16 +45,18 @@ TWG_DEV void twc_sm90_finish(unsigned char* smem, uint64_t* full, int it, int ti
 
 template <class S, int BM, int BN, int STAGES>
 TWG_DEV void twc_sm90_produce(const typename S::Ptrs& p, unsigned char* smem, uint64_t* full, uint64_t* empty, int g,
-                              int m0, int n0, int tid) {
+                              int m0, int n0, int tid, const twc_ktiles<S, twg_sm90_cfg<S, BM, BN, STAGES>::BK>& kt) {
   using D = twc_sm90_cfg<S, BM, BN, STAGES>;
   using T = typename S::T;
-  constexpr int KT = D::C::KT, BK = D::C::BK;
+  constexpr int BK = D::C::BK;
+  const int KT = kt.total;
   const T* W = p.w + (long long)g * S::N * S::K;
   for (int it = 0; it < KT; ++it) {
     unsigned char* st = smem + (it % STAGES) * D::STAGE;
+    const int k0 = kt.k0(it);
     twg_mbar_wait(&empty[it % STAGES], ((it / STAGES) & 1) ^ 1);
-    twc_load_a<S, BM, BK, 128, true, false>(st, p.x, m0, it * BK, g, tid);
-    twg_load_tile<T, true, BN, BK, 128, true>(st + D::A_BYTES, W, n0, it * BK, S::N, S::K, (long long)S::K, 1LL, tid);
+    twc_load_a<S, BM, BK, 128, true, 1>(st, p.x, m0, k0, g, tid);
+    twg_load_tile<T, true, BN, BK, 128, true>(st + D::A_BYTES, W, n0, k0, S::N, S::K, (long long)S::K, 1LL, tid);
     twg_cp_commit();
     if (it >= D::LAG) {
       twg_cp_wait<D::LAG>();  // this thread's copies of k-tile it - LAG have landed
@@ -69,9 +71,9 @@ TWG_DEV void twc_sm90_produce(const typename S::Ptrs& p, unsigned char* smem, ui
 // 3xTF32, the next k-tile's loaded during this one's wgmmas), B K-major, lo after hi in the stage.
 template <class S, int BM, int BN, int STAGES>
 TWG_DEV void twc_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, uint64_t* full, uint64_t* empty, int cw,
-                              int warp, int lane, int g, int m0, int n0) {
+                              int warp, int lane, int g, int m0, int n0, const int KT) {
   using D = twc_sm90_cfg<S, BM, BN, STAGES>;
-  using C = typename D::C;
+  using C = typename D::C;  // NOTE: KT, the block's k-tiles (twc_ktiles), is at least 1
   constexpr int NA = C::A_REGS ? C::KS : 1;
   const int gq = lane / 4, t = lane % 4, r0 = cw * 64 + warp * 16 + gq;
   float acc[BN / 2], sum[C::FOLD ? BN / 2 : 1];
@@ -82,7 +84,7 @@ TWG_DEV void twc_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, ui
     twg_mbar_wait(&full[0], 0);
     twg_sm90_load_a<S, C::BK, C::KS>(smem, r0, t, ah, al);
   }
-  for (int it = 0; it < C::KT; ++it) {
+  for (int it = 0; it < KT; ++it) {
     const unsigned char* st = smem + (it % STAGES) * D::STAGE;
     if constexpr (!C::A_REGS) twg_mbar_wait(&full[it % STAGES], (it / STAGES) & 1);
     twg_wgmma_fence();
@@ -94,7 +96,7 @@ TWG_DEV void twc_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, ui
       if (it != 0) twg_sm90_release<false>(empty, nullptr, it - 1, STAGES, lane);
     } else {
       if constexpr (C::A_REGS) {
-        if (it + 1 < C::KT) {
+        if (it + 1 < KT) {
           twg_mbar_wait(&full[(it + 1) % STAGES], ((it + 1) / STAGES) & 1);
           twg_sm90_load_a<S, C::BK, NA>(smem + ((it + 1) % STAGES) * D::STAGE, r0, t, nh, nl);
         }
@@ -122,7 +124,7 @@ TWG_DEV void twc_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, ui
   if constexpr (C::PIPE) {
     twg_wgmma_wait<0>();
     twg_keep(acc);
-    twg_sm90_release<false>(empty, nullptr, C::KT - 1, STAGES, lane);
+    twg_sm90_release<false>(empty, nullptr, KT - 1, STAGES, lane);
   }
   // Accumulator i: row r0 + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2 (gemm_sm90.cuh's twg_sm90_out).
 #pragma unroll
@@ -149,14 +151,16 @@ __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) twc_sm90(const typenam
     twg_fence_mbar_init();
   }
   __syncthreads();
+  twc_ktiles<S, D::C::BK> kt;
+  kt.init(tm * BM, BM);
   // NOTE: register budgets: 168 each at entry (384 threads, 1 block per SM); the gathering producer keeps
   // 88 (its address arithmetic spills below that), the consumers take the rest (4 x 88 + 8 x 208 = 12 x 168).
   if (wg == 0) {
     if constexpr (BM > 64) twg_setmaxnreg_dec<88>();
-    twc_sm90_produce<S, BM, BN, STAGES>(p, smem, full, empty, g, tm * BM, tn * BN, threadIdx.x);
+    twc_sm90_produce<S, BM, BN, STAGES>(p, smem, full, empty, g, tm * BM, tn * BN, threadIdx.x, kt);
   } else {
     if constexpr (BM > 64) twg_setmaxnreg_inc<208>();
-    twc_sm90_consume<S, BM, BN, STAGES>(p, smem, full, empty, wg - 1, warp, lane, g, tm * BM, tn * BN);
+    twc_sm90_consume<S, BM, BN, STAGES>(p, smem, full, empty, wg - 1, warp, lane, g, tm * BM, tn * BN, kt.total);
   }
 #endif
 }
