@@ -136,3 +136,47 @@ def test_emitted_conv_matches_eager_on_the_emulator(tmp_path, name, cc, vec):
             lib = type(new).forward.__globals__["_LIB"]
             for s in sites:
                 assert getattr(lib, f"tw_conv_path_{s.kernel.name}")() == (90 if cc == 90 and "wgmma" in s.how else 80)
+
+
+# The seed problems as written, their size constants made small: their convolutions
+# (two transposed, phase-ordered where the stride allows) with their epilogues, through the emitted file.
+SEED_SIZES = {
+    "seed000_convt3d_bias_residual": {"batch_size": "2", "out_channels": "16", "depth, height, width": "2, 3, 4"},
+    "seed001_conv2d_relu_bias": {"batch_size": "2", "in_channels": "8", "out_channels": "24", "height = width": "6"},
+    "seed002_convt3d": {"batch_size": "2", "in_channels": "8", "out_channels": "8", "depth = height = width": "4"},
+    "seed004_convt2d_bias_clamp_scale": {"batch_size": "2", "out_channels": "16", "height = width": "5"},
+}
+
+
+def _small_seed(tmp: Path, name: str) -> Path:
+    src = (Path(__file__).resolve().parents[1] / "problems" / "seeds" / f"{name}.py").read_text()
+    for lhs, value in SEED_SIZES[name].items():
+        src, n = re.subn(rf"^{re.escape(lhs)} = .*$", f"{lhs} = {value}", src, flags=re.M)
+        assert n == 1, lhs
+    return write_problem(tmp, name, src)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize("name", list(SEED_SIZES))
+def test_seed_problems_small_match_eager_on_the_emulator(tmp_path, name):
+    path = _small_seed(tmp_path, name)
+    problem = load_problem(path)
+    result = compile_problem(problem, Options(conv_ours=True))
+    sites = [s for s in result.plan.conv_ours.values() if isinstance(s, OursConv)]
+    assert len(sites) == 1
+    if name in ("seed000_convt3d_bias_residual", "seed004_convt2d_bias_clamp_scale"):
+        assert "phase-ordered" in sites[0].how
+    for cc in (90, 80):
+        new_cls = _emulated(result, tmp_path, cc, True, "ours")
+        namespace: dict = {}
+        exec(path.read_text(), namespace)
+        torch.manual_seed(0)
+        ref = namespace["Model"](*problem.init_inputs())
+        new = new_cls(*problem.init_inputs())
+        new.load_state_dict(ref.state_dict())
+        torch.manual_seed(1)
+        inputs = problem.inputs()
+        with torch.no_grad():
+            want, got = ref(*inputs), new(*inputs)
+        assert type(new).forward.__globals__["_LIB"].launched == [sites[0].kernel.name]
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
