@@ -112,3 +112,14 @@ def get_init_inputs():
                            str(tmp_path / "both.o"), "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                            "-D__CUDA_NO_BFLOAT16_CONVERSIONS__"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+CORPUS = sorted(p for d in ("conv", "conv_transpose", "seeds") for p in (ROOT / "problems" / d).glob("*.py"))
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
+def test_every_corpus_convolution_is_ours(path):
+    """With --conv-ours every convolution the library ran is our kernel (depthwise ones keep their own kind)."""
+    r = compile_problem(load_problem(path), Options(conv_ours=True))
+    assert [s for s in r.plan.conv_ours.values() if isinstance(s, str)] == []
+    assert all(n.target != "aten.convolution.default" for n in r.plan.graph.nodes if n.name in r.plan.steps)
