@@ -34,6 +34,7 @@ class Case:
     id: str
     spec: ConvSpec
     epi: Callable = lambda acc, x: acc
+    post: Callable = lambda v, x: v  # after the pool (spec.post)
 
 
 def _strided(shape, strides, dtype, gen, device):
@@ -49,6 +50,7 @@ def operands(case: Case, seed: int = 0, device: str = "cpu") -> dict:
     dt = TORCH_DTYPE[s.dtype]
     xshape = (s.n, s.cin, *s.size)
     oshape = (s.n, s.cout, *s.out_size)
+    sshape = (s.n, s.cout, *s.store_size)
     ops = {"x": _strided(xshape, s.x_strides, dt, gen, device)}
     w = torch.randn(s.weight_shape, generator=gen, dtype=torch.float32, device=device).to(dt)
     ops["w"] = w, w
@@ -59,9 +61,9 @@ def operands(case: Case, seed: int = 0, device: str = "cpu") -> dict:
             ops[x.name] = _strided((s.cout,), x.strides, TORCH_DTYPE[x.dtype], gen, device)
         else:
             ops[x.name] = _strided(oshape, x.strides, TORCH_DTYPE[x.dtype], gen, device)
-    n_out = 1 + sum((a - 1) * st for a, st in zip(oshape, s.out_strides))
+    n_out = 1 + sum((a - 1) * st for a, st in zip(sshape, s.out_strides))
     out = torch.full((n_out,), float("nan"), dtype=dt, device=device)
-    ops["out"] = out, out.as_strided(oshape, s.out_strides)
+    ops["out"] = out, out.as_strided(sshape, s.out_strides)
     return ops
 
 
@@ -79,7 +81,14 @@ def oracle(case: Case, ops: dict) -> torch.Tensor:
     for x in s.inputs:
         if x.kind == "chan":
             views[x.name] = views[x.name].view(1, -1, *([1] * s.dims))
-    return case.epi(acc, views) + torch.zeros_like(acc)
+    out = case.epi(acc, views) + torch.zeros_like(acc)
+    if s.pool:
+        fn = {"max": F.max_pool3d, "avg": F.avg_pool3d}[s.pool]
+        w = (1,) * (3 - s.dims) + tuple(s.pool_window)
+        kw = {"divisor_override": s.pool_divisor} if s.pool == "avg" and s.pool_divisor else {}
+        out = fn(out.reshape(s.n, s.cout, *((1,) * (3 - s.dims)), *out.shape[2:]), w, w, **kw).reshape(s.n, s.cout, *s.store_size)
+        out = case.post(out, views)
+    return out
 
 
 def bind(lib, case: Case, ops: dict, vec: int = 1, stream: int | None = None):
@@ -140,7 +149,8 @@ def site(id: str, dims: int = 2, transposed: bool = False, dtype: str = "float32
          cout: int = 16, size: int | tuple = 6, kernel: int | tuple = 3, stride: int | tuple = 1, padding: int | tuple = 0,
          dilation: int | tuple = 1, output_padding: int | tuple = 0, groups: int = 1, bias: bool = False,
          bn: bool = False, residual: bool = False, relu: bool = False, x_layout: str = "cl", out_layout: str = "cl",
-         precision: str = "", tile: tuple | None = None, tile90: tuple | None = None) -> Case:
+         precision: str = "", tile: tuple | None = None, tile90: tuple | None = None, pool: str = "",
+         window: int | tuple = 2, divisor: int = 0, post_scale: bool = False) -> Case:
     """A Case from torch-like arguments (ints repeat over the dims); layouts "cl" (channels-last) or
     "nc" (contiguous NCHW); the epilogue adds bias, a folded batch norm (scale, shift), a residual of
     the output's shape (contiguous), then a ReLU, in that order, each where asked."""
@@ -172,8 +182,15 @@ def site(id: str, dims: int = 2, transposed: bool = False, dtype: str = "float32
             a = f(a, x)
         return a
     xs = None if x_layout == "cl" else _row_major((n, cin, *tup(size)))
+    post, post_fn = "v", (lambda v, x: v)
+    if pool:
+        s = replace(s, pool=pool, pool_window=tup(window), pool_divisor=divisor)
+        oshape = (n, cout, *s.store_size)
+        if post_scale:  # a per-channel scale and a ReLU after the pool
+            inputs.append(ConvInput("gain", "chan", (1,)))
+            post, post_fn = "fmaxf(v * gain[c], 0.f)", (lambda v, x: (v * x["gain"]).clamp_min(0))
     os_ = None if out_layout == "cl" else _row_major(oshape)
-    return Case(id, replace(s, inputs=tuple(inputs), epilogue=expr, x_strides=xs, out_strides=os_), epi)
+    return Case(id, replace(s, inputs=tuple(inputs), epilogue=expr, x_strides=xs, out_strides=os_, post=post), epi, post_fn)
 
 
 def sweep() -> list:
@@ -214,6 +231,17 @@ def sweep() -> list:
         site("p3_phased_h16", 3, True, "float16", size=(2, 3, 4), kernel=2, stride=2, cin=64, cout=16, residual=True),
         site("p3_phased_hw", 3, True, size=(3, 3, 2), kernel=(1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1),
              output_padding=(0, 1, 1), cin=64, cout=16, groups=2, precision="1xtf32"),
+    ]
+    cases += [  # a non-overlapping pool in the epilogue (windows of 2, 4, 8; floor mode drops outputs), then post ops
+        site("pool_max2d", 2, False, size=(7, 9), padding=1, cin=8, cout=16, bias=True, relu=True, pool="max"),
+        site("pool_avg2d_post", 2, False, size=(8, 8), padding=1, cin=8, cout=24, pool="avg", window=(2, 4),
+             post_scale=True, out_layout="nc"),
+        site("pool_max1d_res", 1, False, size=19, padding=2, kernel=5, cin=8, cout=16, pool="max", window=4, residual=True),
+        site("pool_avg3d_h16", 3, False, "float16", size=(4, 5, 6), padding=1, cin=16, cout=8, pool="avg", window=(1, 2, 1), divisor=3),
+        site("pool_max_t2", 2, True, size=5, stride=2, output_padding=1, cin=32, cout=16, pool="max", window=(1, 2)),
+        site("pool_max_w90", 2, False, n=2, size=(9, 8), cin=64, cout=120, padding=1, pool="max", tile90=(128, 128),
+             bias=True, x_layout="nc"),
+        site("pool_max_2x2x2", 3, False, size=(4, 4, 5), padding=1, cin=8, cout=16, pool="max", window=2, tile90=(128, 16)),
     ]
     cases += [site(f"tile_{bm}x{bn}", 2, False, n=3, size=7, cin=16, cout=bn + 8, padding=1, tile=(bm, bn, wm, wn),
                    bias=True) for bm, bn, wm, wn in TILES]

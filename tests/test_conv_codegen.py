@@ -52,6 +52,9 @@ def S(**kw) -> ConvSpec:
     (S(inputs=(ConvInput("acc", "chan", (1,)),)), "epilogue input"),
     (S(inputs=(ConvInput("r", "full", (1, 1)),)), "epilogue input"),
     (S(sm80_tile=(256, 128, 64, 64)), "tile"),
+    (S(pool="max", pool_window=(3, 1)), "pool"),
+    (S(pool="sum", pool_window=(2, 2)), "pool"),
+    (S(pool="max", pool_window=(2, 2), inputs=(ConvInput("r", "full", (1, 1, 1, 1)),), post="v + r(q, c)"), "after the pool"),
 ])
 def test_unsupported_says_why(spec, why):
     assert why in (unsupported(spec) or "")

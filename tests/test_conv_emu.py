@@ -5,6 +5,7 @@ groups, bias and epilogues, fp32 (3xTF32, 1xTF32), fp16, bf16, channels-last and
 (16-byte and element gathers), odd channel counts, every tile shape; plus sites drawn at random."""
 from __future__ import annotations
 
+import math
 import shutil
 
 import pytest
@@ -38,6 +39,8 @@ def test_sweep_covers_every_setting_class():
     assert any(s.groups > 1 and s.groups < s.cin for s in specs) and any(s.groups == s.cin > 1 for s in specs)
     assert {plan(c.spec).vec for c in CASES} == {True, False}
     assert {s.dims for c in CASES if plan(c.spec).phased for s in [c.spec]} == {1, 2, 3}
+    assert {(s.pool, math.prod(s.pool_window)) for s in specs if s.pool} >= {("max", 2), ("max", 4), ("max", 8),
+                                                                             ("avg", 2), ("avg", 8)}
     assert {tuple(plan(c.spec).sm80[:4]) for c in CASES} >= set(TILES)
     waves = {(plan(c.spec).sm90[:2], plan(c.spec).prec) for c in CASES if plan(c.spec).sm90}
     assert {(bm, bn) for (bm, bn), _ in waves} >= {(bm, bn) for bm in (64, 128) for bn in TILES90 if (bm == 128) != (bn in (16, 64))}
@@ -66,10 +69,11 @@ def test_emulated_conv_matches_fp64(emu, case, cc, vec):
 @pytest.mark.parametrize("cid, old, new", [
     ("t2_s2", "if (x < 0 || x % ST) return -1;", "if (x < 0) return -1;"),  # the transposed divisibility test
     ("p2_phased_k4", "count = first < 0 ? 0 : (K - 1 - first) / step + 1;", "count = first < 0 ? 0 : 1;"),  # the tap skip
+    ("pool_max2d", "for (int s = 4; s < 4 * S::WIN; s *= 2)", "for (int s = 4; s < 8; s *= 2)"),  # half the window
 ])
 def test_emulator_is_not_blind(emu, tmp_path, cid, old, new):
-    """A kernel with the transposed gather's divisibility test removed (zero insertion forgotten), or one
-    that skips taps that do reach a phase, fails."""
+    """A kernel with the transposed gather's divisibility test removed (zero insertion forgotten), one
+    that skips taps that do reach a phase, or one pooling half of each window, fails."""
     from torchweld.codegen import conv_source
     case = next(c for c in CASES if c.id == cid)
     bad = (conv_source.CUH / "conv_sm80.cuh").read_text().replace(old, new)

@@ -63,6 +63,8 @@ def _struct(p: ConvPlan, sname: str) -> str:
             views.append(f"const twc_full<{xt}> {x.name}{{p.{x.name}, {sn}LL, {sc}LL, {sd}LL, {sh}LL, {sw}LL}};")
         views.append(f"(void){x.name};")
     body = "\n    ".join(views)
+    chan = [line for view, x in zip(views[::2], s.inputs) if x.kind == "chan" for line in (view, f"(void){x.name};")]
+    chan_body = "\n    ".join(chan)  # NOTE: after a pool only per-channel operands are read (conv_spec.unsupported)
     (idd, ih, iw), (od, oh, ow), (kd, kh, kw) = p.isz, p.osz, p.ksz
     (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = p.st, p.pad, p.dil
     xn, xc, xd, xh, xw = p.xs
@@ -78,12 +80,20 @@ struct {sname} {{
   static constexpr long long ON = {on}LL, OC = {oc}LL, OSD = {osd}LL, OSH = {osh}LL, OSW = {osw}LL;
   static constexpr bool TR = {str(s.transposed).lower()}, PHASED = {str(p.phased).lower()}, A_KMAJ = true, B_KMAJ = true;
   static constexpr bool B_HI_RNA = false;
+  static constexpr int POOL = {({"": 0, "max": 1, "avg": 2})[s.pool]}, WIN = {p.win[0] * p.win[1] * p.win[2]}, WD = {p.win[0]}, WH = {p.win[1]}, WW = {p.win[2]};
+  static constexpr int PD_ = {p.psz[0]}, PH_ = {p.psz[1]}, PW_ = {p.psz[2]};
+  static constexpr float DIV = {float(s.pool_divisor or p.win[0] * p.win[1] * p.win[2])!r}f;
   static constexpr int PREC = {p.prec}, FOLD = {int(p.prec == 3)};
   struct Ptrs {{ {" ".join(ptrs)} }};
   TWG_DEV static float value(const Ptrs& p, const twc_pix& q, int c, float acc) {{
     (void)p; (void)q; (void)c;
     {body}
     return ({s.epilogue});
+  }}
+  TWG_DEV static float post(const Ptrs& p, int c, float v) {{
+    (void)p; (void)c;
+    {chan_body}
+    return ({s.post});
   }}
 }};
 """

@@ -61,6 +61,13 @@ class ConvSpec:
     inputs: tuple[ConvInput, ...] = ()
     sm80_tile: tuple[int, int, int, int] | None = None  # (BM, BN, WM, WN) instead of the chosen one
     sm90_tile: tuple[int, int] | None = None  # (BM, BN) instead of the chosen one
+    # A non-overlapping pool of the epilogue's values ("max" or "avg"; windows of 2, 4 or 8 outputs, kernel =
+    # stride, no padding, floor mode) before the store; `post` (over `v`, the pooled value, `c` and per-channel
+    # inputs) runs on it. `out_strides` are then the pooled tensor's.
+    pool: str = ""
+    pool_window: tuple[int, ...] = ()
+    pool_divisor: int = 0  # avg: 0 divides by the window's size
+    post: str = "v"
     sms: int = 132
 
     @property
@@ -70,6 +77,11 @@ class ConvSpec:
     @property
     def out_size(self) -> tuple[int, ...]:
         return _out(normalise(self))
+
+    @property
+    def store_size(self) -> tuple[int, ...]:
+        """The spatial size of what the kernel stores: the output's, or the pooled output's."""
+        return _store(normalise(self))
 
     @property
     def weight_shape(self) -> tuple[int, ...]:
@@ -99,8 +111,13 @@ def normalise(spec: ConvSpec) -> ConvSpec:
                 dilation=tuple(spec.dilation) or one, output_padding=tuple(spec.output_padding) or zero,
                 kernel=tuple(spec.kernel), size=tuple(spec.size), precision=prec)
     xs = s.x_strides or channels_last((s.n, s.cin, *s.size))
-    os_ = s.out_strides or channels_last((s.n, s.cout, *_out(s)))
+    os_ = s.out_strides or channels_last((s.n, s.cout, *_store(s)))
     return replace(s, x_strides=tuple(xs), out_strides=tuple(os_))
+
+
+def _store(s: ConvSpec) -> tuple[int, ...]:
+    out = _out(s)
+    return tuple(o // w for o, w in zip(out, s.pool_window)) if s.pool else out
 
 
 def _out(s: ConvSpec) -> tuple[int, ...]:
@@ -131,6 +148,8 @@ class ConvPlan:
     sm80: tuple[int, int, int, int, int]  # (BM, BN, WM, WN, stages)
     sm90: tuple[int, int, int] | None  # (BM, BN, stages) of the wgmma loop; None: none (no 16-byte gather)
     phased: bool = False  # rows ordered by output phase: a tile of one phase runs only the taps reaching it
+    win: tuple[int, int, int] = (1, 1, 1)  # the pool window (d, h, w): rows ordered window by window
+    psz: tuple[int, int, int] = (1, 1, 1)  # the stored (pooled) sizes
 
     @property
     def prec(self) -> int:
@@ -182,6 +201,12 @@ def unsupported(spec: ConvSpec) -> str | None:
         if x.name in RESERVED or not x.name.isidentifier() or x.kind not in KINDS or x.dtype not in DTYPES \
                 or len(x.strides) != want:
             return f"epilogue input {x.name}"
+    if s.pool and (s.pool not in ("max", "avg") or len(s.pool_window) != s.dims or math.prod(s.pool_window) not in (2, 4, 8)
+                   or min(s.store_size) < 1 or s.pool_divisor < 0):
+        return f"pool {s.pool} {s.pool_window}"
+    for x in s.inputs if s.pool else ():
+        if x.kind != "chan" and x.name in s.post:
+            return f"a full operand {x.name} after the pool"
     if spec.sm80_tile and tuple(spec.sm80_tile) not in TILES:
         return f"mma.sync tile {spec.sm80_tile}"
     if spec.sm90_tile and (spec.sm90_tile[0] not in (64, 128) or spec.sm90_tile[1] not in TILES90):
@@ -229,8 +254,9 @@ def plan(spec: ConvSpec) -> ConvPlan:
     g = s.groups
     cig, cog = s.cin // g, s.cout // g
     taps = math.prod(s.kernel)
-    osz = _pad3(s.out_size, 1)
-    m, k = s.n * math.prod(osz), taps * cig
+    osz, psz, win = _pad3(s.out_size, 1), _pad3(s.store_size, 1), _pad3(tuple(s.pool_window) if s.pool else (), 1)
+    # NOTE: pooled, only the outputs some window covers are rows: (pooled pixels) x (window)
+    m, k = s.n * math.prod(psz) * math.prod(win), taps * cig
     xn, xc, *xsp = s.x_strides
     on, oc, *osp = s.out_strides
     xs = (xn, xc, *_pad3(tuple(xsp), 0))
@@ -242,12 +268,12 @@ def plan(spec: ConvSpec) -> ConvPlan:
     vec = xc == 1 and cig % v == 0 and all(x % v == 0 for x in xs[:1] + xs[2:])
     return ConvPlan(s, m, cog, k, cig, _pad3(s.size, 1), osz, _pad3(s.kernel, 1), _pad3(s.stride, 1),
                     _pad3(s.padding, 0), _pad3(s.dilation, 1), xs, os_, vec, _pick_sm80(s, m, cog),
-                    _pick_sm90(s, m, cog) if vec else None, _phased(s, cig))
+                    _pick_sm90(s, m, cog) if vec else None, _phased(s, cig), win, psz)
 
 
 def _phased(s: ConvSpec, cig: int) -> bool:
     """Rows by phase pay where a transposed convolution's stride leaves most taps reading zero; the k-tile
     skip needs every output size a multiple of its stride and each tap's channels whole k-tiles."""
     bk = 128 // DTYPES[s.dtype][1]
-    return s.transposed and max(s.stride) > 1 and all(o % st == 0 for o, st in zip(s.out_size, s.stride)) \
+    return s.transposed and not s.pool and max(s.stride) > 1 and all(o % st == 0 for o, st in zip(s.out_size, s.stride)) \
         and cig % bk == 0

@@ -29,6 +29,14 @@ template <typename T> struct twc_full {
 // the set of taps that reach them (twc_ktiles).
 template <class S> TWG_DEV twc_pix twc_pixel(int m) {
   twc_pix q;
+  if constexpr (S::POOL != 0) {  // window by window: a window's outputs are S::WIN consecutive rows
+    const int ww = m % S::WW, wh = (m / S::WW) % S::WH, wd = (m / (S::WW * S::WH)) % S::WD, r = m / S::WIN;
+    q.w = (r % S::PW_) * S::WW + ww;
+    q.h = ((r / S::PW_) % S::PH_) * S::WH + wh;
+    q.d = ((r / (S::PW_ * S::PH_)) % S::PD_) * S::WD + wd;
+    q.n = r / (S::PW_ * S::PH_ * S::PD_);
+    return q;
+  }
   if constexpr (S::PHASED) {
     constexpr int QD = S::OD / S::STD, QH = S::OH / S::STH, QW = S::OW / S::STW;
     const int qw = m % QW, qh = (m / QW) % QH, qd = (m / (QW * QH)) % QD, r = m / (QW * QH * QD);
@@ -139,11 +147,24 @@ TWG_DEV void twc_load_a(unsigned char* dst, const typename S::T* x, int m0, int 
   }
 }
 
-// The element (output pixel m, group channel j) of group g: the epilogue and the store.
+// The element (output pixel m, group channel j) of group g: the epilogue and the store. Pooled, a
+// window's S::WIN rows sit in lanes 4 apart (rows g of mma.sync's and wgmma's fragments, windows aligned
+// to them): every lane takes part in the shuffles, the first of each window stores.
 template <class S> TWG_DEV void twc_out(const typename S::Ptrs& p, int g, int m, int j, float acc) {
-  if (m < S::M && j < S::N) {
+  const int c = g * S::N + j;
+  if constexpr (S::POOL != 0) {
+    const bool ok = m < S::M && j < S::N;
+    const twc_pix q = twc_pixel<S>(ok ? m : 0);
+    float v = ok ? S::value(p, q, c, acc) : 0.0f;
+#pragma unroll
+    for (int s = 4; s < 4 * S::WIN; s *= 2) v = twg_red<S::POOL == 1 ? 2 : 1>(v, __shfl_xor_sync(0xffffffffu, v, s));
+    if (ok && (threadIdx.x / 4) % S::WIN == 0) {
+      v = S::post(p, c, S::POOL == 2 ? v / S::DIV : v);
+      p.out[q.n * S::ON + (long long)c * S::OC + (q.d / S::WD) * S::OSD + (q.h / S::WH) * S::OSH + (q.w / S::WW) * S::OSW] =
+          twg_to<typename S::T>(v);
+    }
+  } else if (m < S::M && j < S::N) {
     const twc_pix q = twc_pixel<S>(m);
-    const int c = g * S::N + j;
     const float v = S::value(p, q, c, acc);
     p.out[q.n * S::ON + (long long)c * S::OC + q.d * S::OSD + q.h * S::OSH + q.w * S::OSW] = twg_to<typename S::T>(v);
   }
