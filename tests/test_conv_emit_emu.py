@@ -40,6 +40,13 @@ PROBLEMS = {
     "c2_alone": ("self.conv(x)", "self.conv = torch.nn.Conv2d(5, 7, 2, stride=2)", "torch.randn(2, 5, 9, 8),"),
     "t2_stride_gt_kernel": ("torch.sigmoid(self.conv(x))", "self.conv = torch.nn.ConvTranspose2d(8, 8, 2, stride=3)",
                             "torch.randn(2, 8, 4, 5),"),
+    "c2_relu_maxpool": ("torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2)",
+                        "self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)", "torch.randn(2, 8, 7, 9),"),
+    "c2_avgpool_gain": ("torch.nn.functional.avg_pool2d(torch.relu(self.conv(x) + x), (2, 4)) * self.g",
+                        "self.conv = torch.nn.Conv2d(8, 8, 3, padding=1); self.g = torch.nn.Parameter(torch.randn(8, 1, 1))",
+                        "torch.randn(2, 8, 8, 8),"),
+    "c1_maxpool4": ("torch.nn.functional.max_pool1d(torch.tanh(self.conv(x)), 4)",
+                    "self.conv = torch.nn.Conv1d(8, 16, 5, padding=2)", "torch.randn(2, 8, 37),"),
     "resnet_basic_block": ("torch.relu(self.bn2(self.c2(torch.relu(self.bn1(self.c1(x))))) + x)",
                            "self.c1 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False); self.bn1 = torch.nn.BatchNorm2d(16); "
                            "self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False); self.bn2 = torch.nn.BatchNorm2d(16); "
@@ -119,6 +126,7 @@ def test_emitted_conv_matches_eager_on_the_emulator(tmp_path, name, cc, vec):
     result = compile_problem(load_problem(path), Options(conv_ours=True))
     sites = result.plan.conv_ours.values()
     assert all(isinstance(s, OursConv) and bool(s.folded) != (name == "c2_alone") for s in sites), list(sites)
+    assert all(bool(s.pool) == ("pool" in name) for s in sites)
     torch.manual_seed(1)
     inputs = eval(f"[{PROBLEMS[name][2]}]", {"torch": torch})
     fmts = ["ours", "cudnn"] + ([{4: torch.channels_last, 5: torch.channels_last_3d}[inputs[0].dim()]]

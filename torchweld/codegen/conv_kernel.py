@@ -21,17 +21,38 @@ def _read(name: str, kind: str) -> str:
 
 
 def epilogue(site: OursConv, graph: Graph | None) -> str:
-    """The convolution's bias and the folded kernel's ops over `acc` as one C++ float expression."""
+    """The convolution's bias and the folded kernel's ops over `acc` as one C++ float expression (with a
+    pool: the ops before it, ending at the pool's input)."""
     conv = site.kernel.anchor
     value = f"acc + {_read(site.bias, 'chan')}" if site.bias else "acc"
     if not site.folded or graph is None:
         return value
     nodes = graph.by_name()
     k = site.kernel
+    members, result = [m for m in k.nodes if m != conv], k.outputs[0]
+    if site.pool:
+        pool = next(m for m in members if nodes[m].op in ("max_pool", "avg_pool"))
+        members, result = members[:members.index(pool)], nodes[pool].args[0]
+    used = {a for m in members for a in nodes[m].inputs()}
     lines = [f"const float {conv} = {value}; (void){conv};"]
-    lines += [f"const float {x.name} = {_read(x.name, x.kind)};" for x in site.epilogue]
-    lines += [compute(nodes[m]) for m in k.nodes if m != conv]
-    return f"[&]() -> float {{ {' '.join(lines)} return (float){k.outputs[0]}; }}()"
+    lines += [f"const float {x.name} = {_read(x.name, x.kind)};" for x in site.epilogue if x.name in used]
+    lines += [compute(nodes[m]) for m in members]
+    return f"[&]() -> float {{ {' '.join(lines)} return (float){result}; }}()"
+
+
+def post(site: OursConv, graph: Graph | None) -> str:
+    """The folded pool kernel's ops after its pool, over `v` (the pooled value), as one C++ expression."""
+    if not site.pool or graph is None:
+        return "v"
+    nodes = graph.by_name()
+    members = [m for m in site.kernel.nodes if m != site.kernel.anchor]
+    pool = next(m for m in members if nodes[m].op in ("max_pool", "avg_pool"))
+    after = members[members.index(pool) + 1:]
+    used = {a for m in after for a in nodes[m].inputs()}
+    lines = [f"const float {pool} = v; (void){pool};"]
+    lines += [f"const float {x.name} = {_read(x.name, 'chan')};" for x in site.epilogue if x.name in used]
+    lines += [compute(nodes[m]) for m in after]
+    return f"[&]() -> float {{ {' '.join(lines)} return (float){site.kernel.outputs[0]}; }}()"
 
 
 def _contiguous(shape: tuple) -> tuple:
@@ -46,7 +67,8 @@ def spec(site: OursConv, graph: Graph | None = None) -> ConvSpec:
                     kernel=site.kernel_size, stride=site.stride, padding=site.padding, dilation=site.dilation,
                     output_padding=site.output_padding, groups=site.groups, transposed=site.transposed,
                     dtype=site.dtype, precision=site.precision, x_strides=channels_last((site.n, site.cin, *site.size)),
-                    out_strides=_contiguous(site.out_shape), epilogue=epilogue(site, graph), inputs=ins)
+                    out_strides=_contiguous(site.out_shape), epilogue=epilogue(site, graph), inputs=ins,
+                    pool=site.pool, pool_window=site.pool_window, pool_divisor=site.pool_divisor, post=post(site, graph))
 
 
 def check(site: OursConv) -> tuple[str | None, str]:

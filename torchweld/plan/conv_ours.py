@@ -13,6 +13,7 @@ generator builds it (else the site stays a library call) and how.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import prod
 from typing import Callable
 
 from torchweld.ir import CONVOLUTION, Kernel, Node, Ref
@@ -57,10 +58,15 @@ class OursConv:
     precision: str  # "" (3xtf32 for fp32, native for fp16/bf16) or "1xtf32"
     no_fold: str = ""  # why the kernel after it (if any) was not folded
     how: str = ""  # codegen's description: tiles, precision, gather
+    pool: str = ""  # a folded pool kernel's "max" or "avg" (its anchor: `kernel.nodes` up to it run before it)
+    pool_window: tuple[int, ...] = ()  # per spatial dim, 1 where it pools nothing
+    pool_divisor: int = 0
+    stored: tuple[int, ...] = ()  # the pooled output's shape
 
     @property
     def out_shape(self) -> tuple[int, ...]:
-        return tuple(self.kernel.shape)
+        """The shape the kernel writes: the convolution's (or its folded kernel's), or the pooled one."""
+        return tuple(self.stored) if self.pool else tuple(self.kernel.shape)
 
 
 Check = Callable[[OursConv], tuple[str | None, str]]
@@ -156,6 +162,8 @@ def _fold(n: Node, base: OursConv, p, nodes: dict, users: dict, claimed: set) ->
     k = next((k for k in p.kernels if n.name in k.inputs), None)
     if k is None:
         return "no fused kernel reads its result"
+    if k.kind == "pool":
+        return _fold_pool(n, base, k, nodes, users, claimed)
     if k.kind != "pointwise":
         return f"{k.name} is a {k.kind} kernel"
     if k.name in claimed:
@@ -179,3 +187,39 @@ def _fold(n: Node, base: OursConv, p, nodes: dict, users: dict, claimed: set) ->
     kernel = Kernel(f"c{k.name}", (n.name, *k.nodes), tuple(dict.fromkeys(own + tuple(o.name for o in ins))),
                     k.outputs, tuple(n.shape), "conv", n.name)
     return replace(base, kernel=kernel, epilogue=tuple(ins), folded=k.name)
+
+
+def _fold_pool(n: Node, base: OursConv, k, nodes: dict, users: dict, claimed: set) -> OursConv | str:
+    """`base` with a pool kernel folded in (its prologue ops, a non-overlapping max or avg pool of
+    windows of 2, 4 or 8 outputs, per-channel ops after it), or why it is not."""
+    a = nodes[k.anchor]
+    if a.op not in ("max_pool", "avg_pool"):
+        return f"{k.name} is an {a.op} kernel"
+    kern, stride, pad = tuple(a.attr("kernel")), tuple(a.attr("stride")), tuple(a.attr("padding"))
+    dims = len(n.shape) - 2
+    window = (1,) * (dims - len(kern)) + kern
+    if stride != kern or any(pad) or set(a.attr("dilation", (1,)) or (1,)) != {1} or a.attr("ceil_mode") \
+            or prod(window) not in (2, 4, 8) or len(kern) > dims:
+        return f"{k.name} pools overlapping, padded or ceil-mode windows, or not 2, 4 or 8 outputs"
+    if k.name in claimed or any(r not in k.nodes for r in users[n.name]) or len(k.outputs) != 1:
+        return "its result is also read elsewhere"
+    out = nodes[k.outputs[0]]
+    if out.dtype != n.dtype or len(out.shape) != len(n.shape):
+        return f"{k.name} writes another dtype or rank"
+    at = list(k.nodes).index(a.name)
+    before, after = set(k.nodes[:at]), set(k.nodes[at + 1:])
+    ins = []
+    for x in k.inputs:
+        if x == n.name:
+            continue
+        readers = {u for u in users[x] if u in k.nodes}
+        if nodes[x].dtype not in DTYPES or len(nodes[x].shape) > len(n.shape):
+            return f"operand {x} is {nodes[x].dtype} or of more dims"
+        op = _operand(nodes[x], tuple(n.shape)) if readers <= before else _operand(nodes[x], tuple(out.shape))
+        if readers & after and (op.kind != "chan" or readers & before):
+            return f"operand {x} is read after the pool at each output"
+        ins.append(op)
+    kernel = Kernel(f"c{k.name}", (n.name, *k.nodes), tuple(dict.fromkeys(base.kernel.inputs + tuple(o.name for o in ins))),
+                    k.outputs, tuple(n.shape), "conv", n.name)
+    return replace(base, kernel=kernel, epilogue=tuple(ins), folded=k.name, pool=a.op.split("_")[0], pool_window=window,
+                   pool_divisor=int(a.attr("divisor", 0) or 0), stored=tuple(out.shape))
