@@ -16,6 +16,7 @@ import argparse
 import concurrent.futures
 import ctypes
 import json
+import math
 import os
 import shutil
 import statistics
@@ -30,7 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 
-from conv_harness import TOLERANCE, Case, bind, errors, operands, oracle, site  # noqa: E402
+from conv_harness import TOLERANCE, Case, bind, errors, operands, oracle, pooled, site  # noqa: E402
 from torchweld.codegen.conv_source import conv_source  # noqa: E402
 from torchweld.codegen.conv_spec import plan  # noqa: E402
 
@@ -56,6 +57,7 @@ def _layers() -> list[tuple[str, Case]]:
         ("unet", site("unet_up", 2, True, n=16, cin=128, cout=64, size=64, kernel=2, stride=2, bias=True)),
         ("unet", site("unet_up_k4", 2, True, n=16, cin=128, cout=64, size=64, kernel=4, stride=2, padding=1, bias=True)),
         ("1d", site("tcn", 1, False, n=32, cin=128, cout=128, size=2048, kernel=3, dilation=4, padding=4, residual=True)),
+        ("pool", site("vgg_pool", 2, False, n=16, cin=64, cout=128, size=112, padding=1, bias=True, relu=True, pool="max")),
         ("3d", site("c3d", 3, False, n=8, cin=32, cout=64, size=(16, 56, 56), padding=1, bias=True, relu=True)),
         ("3d", site("t3d", 3, True, n=8, cin=64, cout=32, size=(8, 28, 28), kernel=3, stride=2, padding=1,
                     output_padding=1, bias=True)),
@@ -66,7 +68,7 @@ def _layers() -> list[tuple[str, Case]]:
             name = f"{c.id}_{tag}"
             out.append((cls, Case(name, replace(c.spec, name=name, dtype=dtype, precision=prec,
                                                 inputs=tuple(replace(x, dtype=dtype) if x.kind == "full" or x.name == "bias"
-                                                             else x for x in c.spec.inputs)), c.epi)))
+                                                             else x for x in c.spec.inputs)), c.epi, c.post)))
     return out
 
 
@@ -123,7 +125,7 @@ def cudnn(case: Case, ops: dict, fmt, tf32: bool):
             acc = torch.convolution(x, w, None, s.stride, s.padding, s.dilation, s.transposed, s.output_padding, s.groups)
         finally:
             torch.backends.cudnn.allow_tf32 = old
-        return case.epi(acc, views)
+        return pooled(case, case.epi(acc, views), views)
     return run
 
 
@@ -132,7 +134,7 @@ def run_case(cls: str, case: Case, lib, flush: torch.Tensor, reps: int) -> dict:
     s = p.spec
     flops = 2.0 * s.groups * p.m * p.n * p.k
     es = 4 if s.dtype == "float32" else 2
-    nbytes = es * (s.n * s.cin * p.isz[0] * p.isz[1] * p.isz[2] + s.cout * p.k + s.n * s.cout * p.m // s.n)
+    nbytes = es * (s.n * s.cin * p.isz[0] * p.isz[1] * p.isz[2] + s.cout * p.k + s.n * s.cout * math.prod(p.psz))
     row = {"class": cls, "id": case.id, "dtype": s.dtype, "precision": s.precision, "how": p.describe(),
            "floor_ms": 1e3 * max(flops / PEAK[s.precision], nbytes / HBM), "checks": {}}
     ok = True

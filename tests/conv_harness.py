@@ -81,14 +81,19 @@ def oracle(case: Case, ops: dict) -> torch.Tensor:
     for x in s.inputs:
         if x.kind == "chan":
             views[x.name] = views[x.name].view(1, -1, *([1] * s.dims))
-    out = case.epi(acc, views) + torch.zeros_like(acc)
-    if s.pool:
-        fn = {"max": F.max_pool3d, "avg": F.avg_pool3d}[s.pool]
-        w = (1,) * (3 - s.dims) + tuple(s.pool_window)
-        kw = {"divisor_override": s.pool_divisor} if s.pool == "avg" and s.pool_divisor else {}
-        out = fn(out.reshape(s.n, s.cout, *((1,) * (3 - s.dims)), *out.shape[2:]), w, w, **kw).reshape(s.n, s.cout, *s.store_size)
-        out = case.post(out, views)
-    return out
+    return pooled(case, case.epi(acc, views) + torch.zeros_like(acc), views)
+
+
+def pooled(case: Case, out: torch.Tensor, views: dict) -> torch.Tensor:
+    """`out` pooled as the spec says, then the ops after the pool (`out` itself where it has no pool)."""
+    s = normalise(case.spec)
+    if not s.pool:
+        return out
+    fn = {"max": F.max_pool3d, "avg": F.avg_pool3d}[s.pool]
+    w = (1,) * (3 - s.dims) + tuple(s.pool_window)
+    kw = {"divisor_override": s.pool_divisor} if s.pool == "avg" and s.pool_divisor else {}
+    out = fn(out.reshape(s.n, s.cout, *((1,) * (3 - s.dims)), *out.shape[2:]), w, w, **kw).reshape(s.n, s.cout, *s.store_size)
+    return case.post(out, views)
 
 
 def bind(lib, case: Case, ops: dict, vec: int = 1, stream: int | None = None):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conv_harness import TOLERANCE, bind, errors, operands, oracle, random_sites, site, sweep  # noqa: E402
+from conv_harness import TOLERANCE, bind, errors, operands, oracle, pooled, random_sites, site, sweep  # noqa: E402
 from torchweld.codegen.conv_source import conv_source  # noqa: E402
 from torchweld.codegen.conv_spec import plan  # noqa: E402
 
@@ -33,6 +33,7 @@ LAYERS = [  # realistic sizes: ResNet-50, MobileNetV2, a UNet decoder, a 1-d and
     site("unet_up_t", 2, True, n=8, cin=128, cout=64, size=32, kernel=2, stride=2, bias=True),
     site("unet_up_t_h16", 2, True, "float16", n=8, cin=256, cout=128, size=16, kernel=4, stride=2, padding=1),
     site("tcn_1d", 1, False, n=16, cin=128, cout=128, size=2048, kernel=3, dilation=4, padding=4, residual=True),
+    site("vgg_pool", 2, False, n=16, cin=64, cout=128, size=112, padding=1, bias=True, relu=True, pool="max"),
     site("c3d", 3, False, n=4, cin=32, cout=64, size=(8, 28, 28), kernel=3, padding=1, bias=True, relu=True),
     site("t3d_seed", 3, True, n=4, cin=32, cout=16, size=(8, 16, 16), kernel=3, stride=2, padding=1, output_padding=1),
 ]
@@ -91,7 +92,7 @@ def test_conv_matches_fp64(libs, case, vec):
         assert got[outside].isnan().all(), "written outside the output view"
 
 
-@pytest.mark.parametrize("cid", ["r50_3x3", "r50_down", "unet_up_t", "tcn_1d", "c3d", "t3d_seed"])
+@pytest.mark.parametrize("cid", ["r50_3x3", "r50_down", "unet_up_t", "tcn_1d", "c3d", "t3d_seed", "vgg_pool"])
 def test_3xtf32_error_at_most_twice_cudnn_fp32(libs, cid):
     """3xTF32's relative error against fp64 <= 2x cuDNN strict fp32's, same inputs (no epilogue)."""
     case = next(c for c in CASES if c.id == cid)
@@ -106,7 +107,7 @@ def test_3xtf32_error_at_most_twice_cudnn_fp32(libs, cid):
                                 s.output_padding, s.groups)
         views = {x.name: ops[x.name][1].view(1, -1, *([1] * s.dims)) if x.kind == "chan" else ops[x.name][1]
                  for x in s.inputs}
-        cudnn = case.epi(acc, views)
+        cudnn = pooled(case, case.epi(acc, views), views)
     finally:
         torch.backends.cudnn.allow_tf32 = old
     ours, theirs = errors(ops["out"][1], ref)[1], errors(cudnn, ref)[1]
