@@ -87,6 +87,8 @@ def test_kind_of_reaches_every_entry():
     from torchweld.options import Options
     plans.append(plan(graphs(lambda s, x: torch.relu(x @ s.w), torch.randn(8, 16), w=torch.randn(16, 8))[-1],
                       Options(gemm=True)))  # our GEMM
+    plans.append(plan(graphs(lambda s, x: torch.relu(torch.nn.functional.conv2d(x, s.w)), torch.randn(1, 4, 6, 6),
+                             w=torch.randn(8, 4, 3, 3))[-1], Options(conv_ours=True)))  # our convolution
     reached = {kind_of(k, p.graph.by_name()) for p in plans for k in p.kernels}
     assert reached == set(KINDS)
 
@@ -139,11 +141,13 @@ def test_the_cycle_check_sees_a_cycle(tmp_path):
 
 
 def test_kind_modules_import_common_not_each_other():
-    """Each kind module takes shared helpers from common; only the row kernels extend another kind's code."""
+    """Each kind module takes shared helpers from common; only the row kernels extend another kind's code
+    (and the convolution its GEMM's main loop, tiles and precision splits)."""
     allowed = {"common", "ops", "reduce_stats"}
     kinds = {p.stem for p in CODEGEN.glob("*.py")} - allowed - {"__init__", "registry"}
     extra = {m: _codegen_imports(CODEGEN / f"{m}.py") - allowed for m in sorted(kinds)}
-    assert {m: i for m, i in extra.items() if i} == {"reduce_rows": {"reduce"}, "gemm_kernel": {"gemm", "gemm_source"}}
+    assert {m: i for m, i in extra.items() if i} == {"reduce_rows": {"reduce"}, "gemm_kernel": {"gemm", "gemm_source"},
+                                                     "conv_spec": {"gemm"}, "conv_kernel": {"conv_spec", "conv_source"}}
 
 
 def test_preludes_are_pasted_as_written():

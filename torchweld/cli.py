@@ -64,7 +64,7 @@ def output_path(problem: Path, name: str, output: str | None) -> Path:
 def _options(args, dump: bool = False) -> Options:
     """The Options the command line asks for."""
     return Options(dump=dump, precision=args.precision, layout_plan=not args.no_layout_plan, cuda_graph=args.cuda_graph,
-                   gemm=args.gemm)
+                   gemm=args.gemm, conv_ours=args.conv_ours)
 
 
 def _explain(args) -> int:
@@ -102,6 +102,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gemm", action="store_true",
                    help="run GEMMs in our own kernel with the pointwise work after them fused in, checked against "
                         "the library's and timed at the first call (unverified on a GPU)")
+    p.add_argument("--conv-ours", action="store_true",
+                   help="run convolutions in our own implicit-GEMM kernel with the pointwise work after them fused in, "
+                        "checked against cuDNN's (both layouts) and timed at the first call (unverified on a GPU)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -201,6 +201,8 @@ class Plan:
     gemm_sites: dict = field(default_factory=dict)
     # GEMM node -> plan/gemm_ours.OursGemm (our kernel runs it) or why not; empty unless Options.gemm
     gemm_ours: dict = field(default_factory=dict)
+    # convolution node -> plan/conv_ours.OursConv (our kernel runs it) or why not; empty unless Options.conv_ours
+    conv_ours: dict = field(default_factory=dict)
     packed_weights: dict[str, str] = field(default_factory=dict)  # transpose -> parameter read packed (in, out)
     written_over: dict[str, str] = field(default_factory=dict)  # kernel output -> the operand it overwrites
     # kernel output -> (copy_ node, parameter or buffer): the kernel writes it there itself (plan/memory.py)

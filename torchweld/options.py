@@ -27,6 +27,7 @@ class Options:
     sms: int = 0  # multiprocessors of the target GPU (sizes the split of long reductions); 0: the current
     #               device's where one is present, else an H100/H200's
     gemm: bool = False  # our GEMM kernel at each GEMM site, checked and timed against the library's (unverified on a GPU)
+    conv_ours: bool = False  # our implicit-GEMM convolution at each convolution site, checked and timed against cuDNN's
 
     def __post_init__(self):
         try:  # NOTE: a plain string ("tf32", from the CLI or a caller) is accepted and normalised

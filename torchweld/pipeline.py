@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from torchweld.capture import capture
+from torchweld.codegen.conv_kernel import check as conv_check
 from torchweld.codegen.gemm_kernel import check as gemm_check
 from torchweld.emit import emit, emit_passthrough
 from torchweld.ir import Graph, Plan
@@ -40,7 +41,7 @@ def compile_problem(problem: Problem, options: Options = Options()) -> Result:
     captured = capture(model, inputs, filename=str(problem.path))
     dumps: list[tuple[str, Graph]] = [("capture", captured)]
     simplified = simplify(captured, dump=(lambda name, g: dumps.append((name, g))) if options.dump else None)
-    planned = batch_checked(model, inputs, simplified, plan(simplified, options, gemm_check))
+    planned = batch_checked(model, inputs, simplified, plan(simplified, options, gemm_check, conv_check))
     source = emit(planned, problem.source, problem.name, options, problem.init_inputs())
     return Result(problem, captured, simplified, planned, source, dumps)
 

@@ -73,6 +73,6 @@ def source(k: Kernel, graph: Graph, site: OursGemm) -> str:
     return f"// {k.name}: our GEMM {k.anchor} with {len(k.nodes) - 1} folded ops\n" + built(site, graph).source
 
 
-def prelude(sites: list[OursGemm], graph: Graph) -> str:
-    """The GEMM main loops, once per file."""
-    return gemm_prelude([built(s, graph).plan for s in sites])
+def prelude(sites: list[OursGemm], graph: Graph, extra: frozenset = frozenset()) -> str:
+    """The GEMM main loops, once per file (`extra`: wgmma wrappers the file's convolutions use)."""
+    return gemm_prelude([built(s, graph).plan for s in sites], extra=extra)

@@ -41,9 +41,10 @@ def _wgmma_uses(p: GemmPlan) -> set[tuple]:
     return {(kind, bn, not p.a_kmaj, not p.b_kmaj)}
 
 
-def gemm_prelude(plans: list[GemmPlan], emu: bool = False) -> str:
-    """The main loops and primitives, once per file. emu: tests/gemm_emu.h's CPU versions instead of PTX."""
-    uses = set().union(*(_wgmma_uses(p) for p in plans)) if plans else set()
+def gemm_prelude(plans: list[GemmPlan], emu: bool = False, extra: frozenset = frozenset()) -> str:
+    """The main loops and primitives, once per file. emu: tests/gemm_emu.h's CPU versions instead of PTX.
+    `extra`: wgmma wrappers other kernels of the file use besides (the convolution's)."""
+    uses = (set().union(*(_wgmma_uses(p) for p in plans)) if plans else set()) | set(extra)
     prims = '#include "gemm_emu.h"\n' if emu else _cuh("gemm_ptx.cuh") + wrappers(uses)
     body = _cuh("gemm_tile.cuh") + _cuh("gemm_sm80.cuh") + _cuh("gemm_sm90.cuh")
     return f"#ifndef TWG_PRELUDE\n#define TWG_PRELUDE\n{prims}{body}{_cuh('gemm_host.cuh')}#endif  // TWG_PRELUDE\n"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from torchweld.codegen import (batchnorm, concat, depthwise, gemm_kernel, pointwise, pointwise_cl, pool, reduce,
-                               reduce_rows, scan)
+from torchweld.codegen import (batchnorm, concat, conv_kernel, depthwise, gemm_kernel, pointwise, pointwise_cl, pool,
+                               reduce, reduce_rows, scan)
 from torchweld.codegen.common import PLAIN, Launch, cuh, prelude
 from torchweld.codegen.reduce import ReduceCode
 from torchweld.codegen.reduce_rows import RowCode
@@ -38,6 +38,10 @@ def _gemm_source(k: Kernel, graph: Graph) -> str:
     raise ValueError(f"{k.name}: a gemm kernel's source needs its site: module_source(..., gemm=plan.gemm_ours)")
 
 
+def _conv_source(k: Kernel, graph: Graph) -> str:
+    raise ValueError(f"{k.name}: a conv kernel's source needs its site: module_source(..., conv=plan.conv_ours)")
+
+
 
 # NOTE: the scan does not call the block reductions, but every file with a reduce kernel has carried them.
 KINDS: dict[str, Kind] = {
@@ -51,6 +55,8 @@ KINDS: dict[str, Kind] = {
     "concat": Kind(concat.source, traffic=concat.traffic),
     # NOTE: built from its plan/gemm_ours site (module_source's `gemm`), its main loops once per file
     "gemm": Kind(_gemm_source, traffic=lambda k, graph: "operands read once per output tile, one store"),
+    # NOTE: built from its plan/conv_ours site (module_source's `conv`), its main loop once per file
+    "conv": Kind(_conv_source, traffic=lambda k, graph: "input gathered per output tile (implicit GEMM), one store"),
 }
 # Reduce kernels whose anchor has a kind of its own; the rest are "rows" or "reduce".
 ANCHOR_KINDS = {"batch_norm": "batch_norm", "cumsum": "scan", "cumprod": "scan", "cat": "concat"}
@@ -66,21 +72,30 @@ def kind_of(k: Kernel, nodes) -> str:
     return "rows" if is_row_kernel(list(k.nodes), nodes) else "reduce"
 
 
-def module_source(kernels: list[Kernel], graph: Graph, layouts=None, gemm: dict | None = None) -> str:
+def module_source(kernels: list[Kernel], graph: Graph, layouts=None, gemm: dict | None = None,
+                  conv: dict | None = None) -> str:
     """The whole `.cu` file: prelude, then every kernel with its launcher, and its channels-last
     build where `layouts` (conv_layout.ConvLayouts) lets operands come channels-last. `gemm`: the
-    plan's `gemm_ours`, whose sites the "gemm" kernels are built from."""
+    plan's `gemm_ours`, whose sites the "gemm" kernels are built from; `conv`: `conv_ours`, the "conv" kernels'."""
     nodes = graph.by_name()
     kinds = [KINDS[kind_of(k, nodes)] for k in kernels]
     lowp = any(n.dtype in ("float16", "bfloat16") for n in graph.nodes)
     preludes = dict.fromkeys(name for kind in kinds for name in kind.preludes)  # once each, in the order kernels first need them
     text = prelude(lowp) + "".join("\n" + cuh(name) for name in preludes)
     sites = {s.kernel.name: s for s in (gemm or {}).values() if not isinstance(s, str)}
-    if any(k.kind == "gemm" for k in kernels):
-        text += "\n" + gemm_kernel.prelude([sites[k.name] for k in kernels if k.kind == "gemm"], graph)
+    convs = {s.kernel.name: s for s in (conv or {}).values() if not isinstance(s, str)}
+    ours_conv = [convs[k.name] for k in kernels if k.kind == "conv"]
+    if any(k.kind == "gemm" for k in kernels):  # NOTE: carries the convolutions' wgmma wrappers too (one prelude)
+        extra = conv_kernel.uses(ours_conv, graph) if ours_conv else frozenset()
+        text += "\n" + gemm_kernel.prelude([sites[k.name] for k in kernels if k.kind == "gemm"], graph, extra)
+    if ours_conv:
+        text += "\n" + conv_kernel.prelude(ours_conv, graph)
     parts = []
     for k, kind in zip(kernels, kinds):
-        parts.append(gemm_kernel.source(k, graph, sites[k.name]) if k.kind == "gemm" else kind.source(k, graph))
+        if k.kind == "conv":
+            parts.append(conv_kernel.source(k, graph, convs[k.name]))
+        else:
+            parts.append(gemm_kernel.source(k, graph, sites[k.name]) if k.kind == "gemm" else kind.source(k, graph))
         strides = layouts.of(k) if layouts is not None else {}
         if strides:
             parts.append(kind.channels_last(k, graph, strides))

@@ -6,6 +6,7 @@ import ast
 import torch
 
 from torchweld.codegen import torch_expr
+from torchweld.emit.conv_wrapper import conv_call
 from torchweld.emit.exprs import aten_line, expr, module_path, state_attr, state_path
 from torchweld.emit.gemm_ways import gemm_way_args
 from torchweld.emit.gemm_wrapper import gemm_call
@@ -148,6 +149,9 @@ def forward(plan: Plan, inputs: list[Node], signature: str, options: Options = O
             continue
         if k is not None and k.kind == "gemm":
             body.append(gemm_call(k, plan, operand))
+            continue
+        if k is not None and k.kind == "conv":
+            body.append(conv_call(k, plan, operand))
             continue
         if k is not None:
             outs = ", ".join(k.outputs) + ("," if len(k.outputs) == 1 else "")

@@ -6,6 +6,7 @@ from math import prod
 from torchweld.codegen import reduce_traffic
 from torchweld.ir import LIBRARY, VIEWS, Plan
 from torchweld.options import Options, Precision
+from torchweld.plan.conv_ours import describe_site as describe_conv
 from torchweld.plan.gemm_ours import describe_site
 from torchweld.plan.gemm_sites import describe_decision
 from torchweld.simplify.conv_fold import fold_header
@@ -35,6 +36,11 @@ def header(plan: Plan, problem_name: str, options: Options = Options(), repeats:
         lines.append("GEMMs with --gemm: our GEMM (unverified on a GPU): at a site's first call on each device `_tw_gemm` runs")
         lines.append("ours and the library's way on the same inputs, and keeps ours only where it matched and is faster:")
         lines += [f"  {describe_site(g, s)}" for g, s in plan.gemm_ours.items()]
+    if plan.conv_ours:
+        lines.append("Convolutions with --conv-ours: our implicit GEMM (unverified on a GPU): at a site's first call on each")
+        lines.append("device `_tw_convk` checks ours against cuDNN on the same inputs, times ours and cuDNN in both layouts,")
+        lines.append("and keeps the fastest (ours only where it matched):")
+        lines += [f"  {describe_conv(c, s)}" for c, s in plan.conv_ours.items()]
     lines += fold_header(graph)
     if plan.packed_weights:
         lines.append("Packed weights (`_tw_pack`: cuBLAS runs the GEMM's NN form, faster than the TN form of a linear's")
@@ -79,7 +85,7 @@ def _kernel_lines(plan: Plan, repeats: dict[str, str]) -> list[str]:
     another's code: one line for them all)."""
     graph = plan.graph
     nodes = graph.by_name()
-    fused = sum(len(k.nodes) - (k.kind == "gemm") * sum(nodes[m].op == "aten" for m in k.nodes) for k in plan.kernels)
+    fused = sum(len(k.nodes) - (k.kind in ("gemm", "conv")) * sum(nodes[m].op == "aten" for m in k.nodes) for k in plan.kernels)
     reduce = [k for k in plan.kernels if k.kind == "reduce"]
     pools = [k for k in plan.kernels if k.kind == "pool"]
     convs = [k for k in plan.kernels if k.kind == "depthwise"]
@@ -105,6 +111,9 @@ def _kernel_lines(plan: Plan, repeats: dict[str, str]) -> list[str]:
         elif k.kind == "gemm":
             folded = ", ".join(nodes[m].op for m in k.nodes if nodes[m].op != "aten") or "nothing"
             lines.append(f"  {k.name}: our GEMM {k.anchor}, then {folded}  over {tuple(k.shape)}")
+        elif k.kind == "conv":
+            folded = ", ".join(nodes[m].op for m in k.nodes[1:]) or "nothing"
+            lines.append(f"  {k.name}: our convolution {k.anchor}, then {folded}  over {tuple(k.shape)}")
         elif k.kind == "depthwise":
             taps = "x".join(map(str, nodes[nodes[k.anchor].args[1]].shape[2:]))
             lines.append(f"  {k.name}: {ops}  over {tuple(k.shape)} ({prod(k.shape):,} outputs of a {taps} "

@@ -5,6 +5,8 @@ import ast
 
 from torchweld.codegen import module_source, reduce_launch, variant_name
 from torchweld.emit.forward import forward
+from torchweld.codegen.conv_kernel import built as conv_built
+from torchweld.emit.conv_wrapper import site_of as conv_site_of
 from torchweld.emit.gemm_ways import gemm_ways_function
 from torchweld.emit.gemm_wrapper import gemm_build, site_of
 from torchweld.codegen.gemm_kernel import built
@@ -37,7 +39,7 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     graph = plan.graph
     same = repeats(plan)  # NOTE: a kernel repeating another's code is printed once, and called for each
     kernels = [k for k in plan.kernels if k.name not in same]
-    cuda = module_source(kernels, graph, plan.layouts, plan.gemm_ours)
+    cuda = module_source(kernels, graph, plan.layouts, plan.gemm_ours, plan.conv_ours)
     out = [header(plan, problem_name, options, same), "import ctypes", "import hashlib", "import inspect", "", *IMPORTS]
     out += [s for s in keep if s.strip() and s.strip() not in out]
     n_ptrs = {k.name: len(k.inputs) + len(k.outputs) + (k.kind == "reduce" and reduce_launch(k, graph).workspace > 0)
@@ -45,13 +47,18 @@ def emit(plan: Plan, source: str, problem_name: str, options: Options = Options(
     n_ptrs.update({variant_name(k): n_ptrs[k.name] for k in kernels if plan.layouts.of(k)})
     ours = [k for k in plan.kernels if k.kind == "gemm"]
     n_ptrs.update({k.name: len(built(site_of(k, plan), graph).args) for k in ours})
+    convs = [k for k in plan.kernels if k.kind == "conv"]
+    n_ptrs.update({k.name: len(conv_built(conv_site_of(k, plan), graph).args) for k in convs})
     out += ["", f'_CUDA_SRC = r"""\n{cuda}"""', f"_KERNEL_ARGS = {n_ptrs!r}", ""]
-    if ours:  # NOTE: before the build, which reads `_tw_gemm_flags` (files without our GEMM stay as they were)
+    # NOTE: before the build, which reads `_tw_gemm_flags` (sm_90a for our GEMM's and convolution's
+    # Hopper loops; files without either stay as they were)
+    if ours or convs:
         out += [pasted("site_timing"), "", pasted("gemm_select"), "", gemm_build(pasted("extension")), ""]
     else:
         out += [pasted("extension"), ""]
     timed = plan.timed_gemm_sites
-    runtime = [("site_timing", (plan.conv_sites or timed) and not ours), ("conv_run", plan.conv_sites),
+    runtime = [("site_timing", (plan.conv_sites or timed) and not (ours or convs)), ("conv_run", plan.conv_sites),
+               ("conv_select", convs),
                ("gemm_way_pick", timed), ("fold", any(n.op == FOLD for n in graph.nodes)), ("pack", plan.packed_weights),
                ("tf32", options.precision is Precision.TF32), ("graph", plan.cuda_graph),
                ("shape_note", any(n.op == "input" and n.attr("value") is None for n in graph.nodes))]

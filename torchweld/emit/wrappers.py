@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from torchweld.codegen import (contiguous_strides, is_contiguous, memory_order, operands, out_strides, reduce_launch,
                                variant_aligned, variant_name, vec_class, vector_width)
+from torchweld.emit.conv_wrapper import conv_wrappers
 from torchweld.emit.gemm_wrapper import gemm_wrappers
 from torchweld.ir import Kernel, Node, Plan, Ref
 from torchweld.tiling import ITEMSIZE
@@ -18,6 +19,8 @@ def wrapper(k: Kernel, plan: Plan) -> str:
     into = {o: dst for o, (_, dst) in plan.written_into.items() if o in k.outputs}
     if k.kind == "gemm":
         return gemm_wrappers(k, plan)
+    if k.kind == "conv":
+        return conv_wrappers(k, plan)
     if k.kind in ("reduce", "depthwise"):
         return _reduce_wrapper(k, plan.graph, into)
     if k.kind == "pool":

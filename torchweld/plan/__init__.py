@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from torchweld.ir import Graph, Plan
 from torchweld.options import Options
-from torchweld.plan import batch, conv_layout, conv_sites, gemm_ours, gemm_pack, gemm_sites, guard, memory
+from torchweld.plan import batch, conv_layout, conv_ours, conv_sites, gemm_ours, gemm_pack, gemm_sites, guard, memory
 from torchweld.plan.describe import describe
 from torchweld.plan.held import held_values, masked
 from torchweld.plan.partition import NEVER_FUSED, can_fuse, partition
@@ -14,16 +14,22 @@ from torchweld.tiling import device_sms
 __all__ = ["NEVER_FUSED", "can_fuse", "describe", "partition", "plan"]
 
 
-def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check | None = None) -> Plan:
+def plan(graph: Graph, options: Options = Options(), gemm_check: gemm_ours.Check | None = None,
+         conv_check: conv_ours.Check | None = None) -> Plan:
     """The graph as kernels and library calls, with every decision on how they run recorded, each
     made once, in the order the later ones need the earlier. `gemm_check`: codegen's word on whether
-    our GEMM builds a site (the pipeline hands it in; plan/ does not import codegen)."""
+    our GEMM builds a site (the pipeline hands it in; plan/ does not import codegen); `conv_check`: ours
+    for convolutions."""
     held = held_values(graph)
     p = replace(partition(masked(graph, held), options.sms or device_sms()), graph=graph, held=held)
     ours = gemm_ours.gemm_ours(p, options.tf32, gemm_check) if options.gemm else {}
     ours = {g: site for g, site in ours.items() if g not in held}  # NOTE: a held GEMM is made once, in PyTorch
     if ours:  # NOTE: before the other decisions, which then see our GEMM kernels in place of those they fold
         p = replace(gemm_ours.apply(p, ours), gemm_ours=ours)
+    convs = conv_ours.conv_ours(p, options.tf32, conv_check) if options.conv_ours else {}
+    convs = {c: site for c, site in convs.items() if c not in held}  # NOTE: as a held GEMM
+    if convs:  # NOTE: before the layout plan: a convolution ours runs is no library site
+        p = replace(conv_ours.apply(p, convs), conv_ours=convs)
     layouts = conv_layout.conv_layouts(p) if options.layout_plan else conv_layout.ConvLayouts()
     p = replace(p, layouts=layouts, conv_sites=conv_sites.conv_sites(p, layouts) if options.layout_plan else {},
                 gemm_sites={k: s for k, s in _library_sites(p).items() if getattr(s, "gemm", None) not in held},

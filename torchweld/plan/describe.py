@@ -3,6 +3,7 @@ decision the Plan records on how they run."""
 from __future__ import annotations
 
 from torchweld.ir import CONVOLUTION, LIBRARY, Plan, format_node
+from torchweld.plan.conv_ours import describe_site as describe_conv
 from torchweld.plan.gemm_ours import describe_site
 from torchweld.plan.gemm_sites import describe_decision
 
@@ -69,6 +70,9 @@ def decisions(plan: Plan) -> str:
         *([("Our GEMM", "--gemm; unverified on a GPU: each site is checked against and timed beside the "
             "library's at its first call on each device", [describe_site(g, s) for g, s in plan.gemm_ours.items()],
             "none")] if plan.gemm_ours else []),
+        *([("Our convolution", "--conv-ours; unverified on a GPU: each site is checked against cuDNN's and timed beside "
+            "cuDNN in both layouts at its first call on each device", [describe_conv(c, s) for c, s in plan.conv_ours.items()],
+            "none")] if plan.conv_ours else []),
         ("Packed weights", "`_tw_pack` lays the weight out (in, out) once per version; cuBLAS runs the GEMM's NN form",
          [f"{t} = {p}.t() ({nodes[p].target}), laid out (in, out)" for t, p in plan.packed_weights.items()], "none"),
         ("Written over an operand", "read by the kernel alone, each element before it is written",

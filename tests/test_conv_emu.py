@@ -1,0 +1,90 @@
+"""Our convolution kernel (codegen/conv*.py, cuh/conv_sm80.cuh) run on the CPU emulator
+(tests/gemm_emu.h) against torch's convolution in fp64, outputs poisoned with NaN, over a sweep of
+every setting class: 1d/2d/3d, forward and transposed, stride, padding, output padding, dilation,
+groups, bias and epilogues, fp32 (3xTF32, 1xTF32), fp16, bf16, channels-last and NCHW operands
+(16-byte and element gathers), odd channel counts, every tile shape; plus sites drawn at random."""
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+
+from conv_harness import TOLERANCE, bind, build_emu, errors, operands, oracle, random_sites, sweep
+from torchweld.codegen.conv_spec import TILES, TILES90, plan
+
+GXX = shutil.which("g++")
+
+
+CASES = sweep() + random_sites(2026, 16)
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory):
+    if GXX is None:
+        pytest.skip("g++ not installed")
+    out = tmp_path_factory.mktemp("conv")
+    return {cc: build_emu([c.spec for c in CASES], out, cc=cc) for cc in (80, 90)}
+
+
+def test_sweep_covers_every_setting_class():
+    specs = [plan(c.spec).spec for c in CASES]
+    assert {s.dims for s in specs} == {1, 2, 3} and {s.transposed for s in specs} == {False, True}
+    assert {s.dtype for s in specs} == {"float32", "float16", "bfloat16"}
+    assert {s.precision for s in specs} == {"3xtf32", "1xtf32", "native"}
+    for attr in ("stride", "padding", "dilation"):
+        assert any(max(getattr(s, attr)) > 1 for s in specs)
+    assert any(s.transposed and max(s.output_padding) > 0 for s in specs)
+    assert any(s.groups > 1 and s.groups < s.cin for s in specs) and any(s.groups == s.cin > 1 for s in specs)
+    assert {plan(c.spec).vec for c in CASES} == {True, False}
+    assert {s.dims for c in CASES if plan(c.spec).phased for s in [c.spec]} == {1, 2, 3}
+    assert {(s.pool, math.prod(s.pool_window)) for s in specs if s.pool} >= {("max", 2), ("max", 4), ("max", 8),
+                                                                             ("avg", 2), ("avg", 8)}
+    assert {tuple(plan(c.spec).sm80[:4]) for c in CASES} >= set(TILES)
+    waves = {(plan(c.spec).sm90[:2], plan(c.spec).prec) for c in CASES if plan(c.spec).sm90}
+    assert {(bm, bn) for (bm, bn), _ in waves} >= {(bm, bn) for bm in (64, 128) for bn in TILES90 if (bm == 128) != (bn in (16, 64))}
+    assert {prec for _, prec in waves} == {0, 1, 3}
+
+
+@pytest.mark.parametrize("cc, vec", [(90, 1), (80, 1), (80, 0)])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_emulated_conv_matches_fp64(emu, case, cc, vec):
+    """Every output element written, nothing outside the output view, error within the precision's
+    tolerance; on cc 9.0 the wgmma loop runs every site that gathers 16 bytes."""
+    lib = emu[cc]
+    ops = operands(case, seed=vec + cc)
+    err = bind(lib, case, ops, vec)()
+    assert err == 0, lib.twg_emu_error().decode()
+    assert getattr(lib, f"tw_conv_path_{case.spec.name}")() == (90 if cc == 90 and plan(case.spec).sm90 else 80)
+    ref = oracle(case, ops)
+    got, view = ops["out"]
+    max_err, rel, unwritten = errors(view, ref)
+    assert unwritten == 0 and rel < TOLERANCE[plan(case.spec).spec.precision], (max_err, rel, unwritten)
+    outside = torch.ones_like(got, dtype=torch.bool)
+    outside.as_strided(view.shape, view.stride()).fill_(False)
+    assert got[outside].isnan().all(), "written outside the output view"
+
+
+@pytest.mark.parametrize("cid, old, new", [
+    ("t2_s2", "if (x < 0 || x % ST) return -1;", "if (x < 0) return -1;"),  # the transposed divisibility test
+    ("p2_phased_k4", "count = first < 0 ? 0 : (K - 1 - first) / step + 1;", "count = first < 0 ? 0 : 1;"),  # the tap skip
+    ("pool_max2d", "for (int s = 4; s < 4 * S::WIN; s *= 2)", "for (int s = 4; s < 8; s *= 2)"),  # half the window
+])
+def test_emulator_is_not_blind(emu, tmp_path, cid, old, new):
+    """A kernel with the transposed gather's divisibility test removed (zero insertion forgotten), one
+    that skips taps that do reach a phase, or one pooling half of each window, fails."""
+    from torchweld.codegen import conv_source
+    case = next(c for c in CASES if c.id == cid)
+    bad = (conv_source.CUH / "conv_sm80.cuh").read_text().replace(old, new)
+    assert old not in bad
+    old = conv_source.conv_prelude
+    conv_source.conv_prelude = lambda plans, emu=False: old(plans, emu).replace(
+        (conv_source.CUH / "conv_sm80.cuh").read_text(), bad)
+    try:
+        lib = build_emu([case.spec], tmp_path, cc=80)
+    finally:
+        conv_source.conv_prelude = old
+    ops = operands(case)
+    assert bind(lib, case, ops, 1)() == 0
+    assert errors(ops["out"][1], oracle(case, ops))[1] > 1e-2
