@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from torchweld.emit.repeats import repeats
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_module, load_problem
 
@@ -200,6 +201,13 @@ class Guarded:
         bad = [f"byte {i - len(before)} of {self.n}" for i, b in enumerate(before) if b != 0xFF][:1]
         bad += [f"byte {self.n + i} of {self.n}" for i, b in enumerate(after) if b != 0xFF][:1]
         return ", ".join(bad)
+
+
+def launching(plan) -> set[str]:
+    """The kernels a call through the fast path launches: each, but one whose code repeats another's
+    launches that one (emit/repeats.py)."""
+    same = repeats(plan)
+    return {k.name for k in plan.kernels if k.name not in same}
 
 
 def mismatch(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float | None = None) -> str:

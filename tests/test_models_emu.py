@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchweld.emit.repeats import repeats
-from emulator import GXX, emulated_model, force_conv_layout, mismatch, write_problem
+from emulator import GXX, emulated_model, force_conv_layout, launching, mismatch, write_problem
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
 
@@ -46,7 +45,6 @@ def test_model_matches_eager_on_the_emulator(tmp_path, path):
     with torch.no_grad():
         want, got = ref(*[t.clone() for t in inputs]), new(*[t.clone() for t in inputs])
     assert not (m := mismatch(got, want, 1e-4)), m
-    # NOTE: a kernel whose code repeats another's launches the first one's (emit/repeats.py)
-    launched, same = new_cls.forward.__globals__["_LIB"].launched, repeats(result.plan)
+    launched = new_cls.forward.__globals__["_LIB"].launched
     assert len(launched) == len(result.plan.kernels)
-    assert set(launched) == {k.name for k in result.plan.kernels if k.name not in same}
+    assert set(launched) == launching(result.plan)

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from emulator import GXX, emulated_model, mismatch
-from torchweld.emit.repeats import repeats
+from emulator import GXX, emulated_model, launching, mismatch
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
 
@@ -42,6 +41,5 @@ def test_problem_on_the_emulator(path, tmp_path):
     assert not bad, bad
     # each kernel launched once per call; a step repeating another's code launches that one's
     launched = sys.modules[new_cls.__module__]._LIB.launched
-    same = repeats(result.plan)
     assert len(launched) == len(result.plan.kernels)
-    assert set(launched) == {k.name for k in result.plan.kernels if k.name not in same}
+    assert set(launched) == launching(result.plan)
