@@ -9,3 +9,5 @@ if str(ROOT) not in sys.path:
 
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the compiler")
+    parser.addoption("--full-sweep", action="store_true",
+                     help="the emulator sweeps run every case on every path (by default each case on one, in turn)")

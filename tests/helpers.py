@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -97,3 +98,12 @@ def nvcc_errors(sources: dict[str, str], cu: Path) -> dict[str, str]:
         for name in hit:
             errors[name] = errors.get(name, "") + err + "\n"
     return errors or dict.fromkeys(names, proc.stderr[-2000:])
+
+
+def sweep_ways(metafunc, names: str, items: list, ways: list[tuple], ids: list[str]) -> None:
+    """Parametrize `names` (an item, then a way's values) over items x ways under --full-sweep; by default
+    each item runs on one way, in turn, so every item and every way still run (CI's time budget)."""
+    full = metafunc.config.getoption("--full-sweep")
+    metafunc.parametrize(names, [pytest.param(item, *way, id=f"{name}-{'-'.join(map(str, way))}")
+                                 for i, (item, name) in enumerate(zip(items, ids))
+                                 for j, way in enumerate(ways) if full or j == i % len(ways)])

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from gemm_harness import GXX_FLAGS, NVCC_SM80, NVCC_SM90, TOLERANCE, Case, build_emu, call, col, errors, operands, oracle
+from helpers import sweep_ways
 from torchweld.codegen.gemm import EpilogueInput as X
 from torchweld.codegen.gemm import GemmSpec as G
 from torchweld.codegen.gemm import plan, unsupported
@@ -167,8 +168,11 @@ def test_layouts_match_documented_tma_and_wgmma(emu):
     assert emu[90].twg_emu_check_layouts() == 0
 
 
-@pytest.mark.parametrize("cc", [80, 90])
-@pytest.mark.parametrize("case", CASES + RANDOM, ids=IDS + [c.id for c in RANDOM])
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.name == "test_emulated_kernel_matches_fp64":
+        sweep_ways(metafunc, "case, cc", CASES + RANDOM, [(80,), (90,)], IDS + [c.id for c in RANDOM])
+
+
 def test_emulated_kernel_matches_fp64(emu, case, cc):
     """The generated kernel run on the CPU emulator, output poisoned with NaN: every element written,
     nothing written outside the view (strided outputs), the error within the precision's tolerance."""

@@ -15,6 +15,7 @@ import torch
 
 from emulator import poisoned_torch, reference_and_new, write_problem
 from gemm_harness import GXX_FLAGS
+from helpers import sweep_ways
 from torchweld.codegen.gemm_kernel import spec
 from torchweld.codegen.gemm_source import gemm_source
 from torchweld.options import Options
@@ -123,9 +124,12 @@ def _emulated(result, tmp: Path, cc: int, vec: bool, way: str):
     return module.ModelNew
 
 
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.name == "test_emitted_gemm_matches_eager_on_the_emulator":
+        sweep_ways(metafunc, "name, cc, vec", list(PROBLEMS), [(90, True), (80, True), (80, False)], list(PROBLEMS))
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
-@pytest.mark.parametrize("name", list(PROBLEMS))
-@pytest.mark.parametrize("cc, vec", [(90, True), (80, True), (80, False)])
 def test_emitted_gemm_matches_eager_on_the_emulator(tmp_path, name, cc, vec):
     path = _problem(tmp_path, name)
     result = compile_problem(load_problem(path), Options(gemm=True))
