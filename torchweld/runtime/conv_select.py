@@ -8,6 +8,7 @@ import warnings
 
 import torch
 
+from torchweld.runtime.gemm_select import _tw_gemm_mismatch  # NOTE: pasted into every file with our convolution
 from torchweld.runtime.site_timing import _tw_time
 
 # pasted into files with our convolution. Each site has `ours(module, *args)` (our implicit-GEMM kernel
@@ -51,8 +52,6 @@ def _tw_channels_last(x):
     return x if cl.is_contiguous() else cl.contiguous().movedim(-1, 1)
 
 
-# |ours - library| <= atol + rtol * |library| elementwise, per dtype: the judge's tolerance table.
-_TW_CONV_TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
 _TW_CONV_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
@@ -95,16 +94,5 @@ def _tw_convk_decide(site, ours, library, args, time):
 
 
 def _tw_conv_mismatch(mine, ref):
-    """Why outputs `mine` differ from `ref` beyond the dtype's tolerance (NaN where NaN), or ""."""
-    for i, (a, b) in enumerate(zip(mine, ref)):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return f"output {i}: {tuple(a.shape)} {a.dtype} against {tuple(b.shape)} {b.dtype}"
-        atol, rtol = _TW_CONV_TOL.get(b.dtype, (1e-4, 1e-4))
-        if b.dtype == torch.float32 and torch.backends.cudnn.allow_tf32:
-            atol, rtol = 1e-3, 1e-3  # NOTE: cuDNN may use TF32 here (and ours is 1xTF32 under --precision tf32)
-        x, y = a.double(), b.double()
-        bad = ~(((x - y).abs() <= atol + rtol * y.abs()) | (x.isnan() & y.isnan()) | (x == y))
-        if bad.any():
-            worst = (x - y).abs().nan_to_num(float("inf")).max().item()
-            return f"output {i}: {int(bad.sum())} of {b.numel()} elements off, max error {worst:.3g}"
-    return ""
+    """Why outputs `mine` differ from cuDNN's `ref` beyond the dtype's tolerance, or "" (cuDNN's TF32 flag)."""
+    return _tw_gemm_mismatch(mine, ref, torch.backends.cudnn.allow_tf32)

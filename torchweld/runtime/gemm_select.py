@@ -62,13 +62,14 @@ def _tw_gemm_decide(site, ours, library, args, time):
     return ("ours" if t_ours < t_lib else "library"), f"ours {t_ours:.4g} ms, library {t_lib:.4g} ms"
 
 
-def _tw_gemm_mismatch(mine, ref):
-    """Why outputs `mine` differ from `ref` beyond the dtype's tolerance (NaN where NaN), or ""."""
+def _tw_gemm_mismatch(mine, ref, tf32=None):
+    """Why outputs `mine` differ from `ref` beyond the dtype's tolerance (NaN where NaN), or "". `tf32`:
+    whether the library may use TF32 on fp32 (None: cuBLAS's own flag)."""
     for i, (a, b) in enumerate(zip(mine, ref)):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"output {i}: {tuple(a.shape)} {a.dtype} against {tuple(b.shape)} {b.dtype}"
         atol, rtol = _TW_GEMM_TOL.get(b.dtype, (1e-4, 1e-4))
-        if b.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        if b.dtype == torch.float32 and (torch.backends.cuda.matmul.allow_tf32 if tf32 is None else tf32):
             atol, rtol = 1e-3, 1e-3  # NOTE: both sides may use TF32 (--precision tf32): the judge's TF32 tolerance
         x, y = a.double(), b.double()
         bad = ~(((x - y).abs() <= atol + rtol * y.abs()) | (x.isnan() & y.isnan()) | (x == y))
