@@ -86,6 +86,7 @@ def emulate(result, workdir: Path | None = None, vec: bool = True):
     src = src.replace("_LIB = _tw_build() if torch.cuda.is_available() else None", "_LIB = None")
     src = re.sub(r" or not \w+\.is_cuda", "", src)
     src = re.sub(r" or \w+\.get_device\(\) != torch\.cuda\.current_device\(\)", "", src)
+    src = src.replace(" or not all(t.is_cuda for t in tensors)", "")  # runtime/shape_note.py's autograd note
     src = src.replace('if dev.type == "cuda" and dev.index != torch.cuda.current_device():', "if False:")
     # the launchers get the tensors themselves, so that each launch can run on guarded copies
     src = re.sub(r"_LIB\.tw_launch_\w+\(.*", lambda m: re.sub(r"(\w+)\.data_ptr\(\)(?=[,)])", r"\1", m[0]), src)

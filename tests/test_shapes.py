@@ -76,10 +76,29 @@ def test_first_fallback_for_a_shape_warns_once_naming_the_dim(chain):
 def test_other_fallbacks_do_not_use_up_the_warning(chain):
     new_cls, _ = chain
     new = new_cls()
-    with torch.enable_grad():
-        new(torch.randn(6, 10, 24), torch.randn(6, 10, 24))  # grad mode: the original forward, no word
+    with torch.enable_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new(torch.randn(6, 10, 24), torch.randn(6, 10, 24))  # grad mode: the original forward
     said = _calls(new, [(6, 12, 24)])[0][0]
     assert len(said) == 1 and "x.shape[1] is 12, not 10" in said[0]
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+def test_a_call_autograd_records_warns_once_and_no_grad_runs_the_kernels(chain):
+    new_cls, _ = chain
+    new = new_cls()
+    lib = sys.modules[type(new).__module__]._LIB
+    said = []
+    for _ in range(2):
+        del lib.launched[:]
+        with torch.enable_grad(), warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            new(torch.randn(6, 10, 24), torch.randn(6, 10, 24))
+        said.append([str(w.message) for w in got])
+        assert not lib.launched and all(w.filename == __file__ for w in got)
+    assert len(said[0]) == 1 and "autograd records this call" in said[0][0] and "no_grad" in said[0][0]
+    assert said[1] == []  # NOTE: once per module
+    assert _calls(new, [(6, 10, 24)]) == [([], True)]  # under no_grad the kernels run, silently
 
 
 LINEAR = '''"""A linear, a bias and a pointwise chain: the batch reaches the kernel through the GEMM."""

@@ -76,7 +76,7 @@ def header(plan: Plan, problem_name: str, options: Options = Options(), repeats:
               *_shape_lines(plan),
               "Training: the kernels register no backward, so where grad mode is on and an input or parameter requires",
               "grad, forward runs the original forward (autograd as eager); the kernels run under torch.no_grad(),",
-              "torch.inference_mode(), or with requires_grad off."]
+              "torch.inference_mode(), or with requires_grad off (the first such call on a GPU warns once)."]
     return '"""' + "\n".join(lines) + '\n"""'
 
 
