@@ -20,11 +20,13 @@ PROBLEMS = sorted(p for p in (ROOT / "problems").rglob("*.py"))
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory):
-    """Compile every problem, then build all extensions in parallel (each build is a subprocess)."""
+def built(request, tmp_path_factory):
+    """Compile every problem selected (-k), then build their extensions in parallel (each build is a subprocess)."""
     out = tmp_path_factory.mktemp("modelnew")
     paths, errors = {}, {}
-    for p in PROBLEMS:
+    selected = {item.callspec.params["problem"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_matches_eager"}
+    for p in (p for p in PROBLEMS if p in selected):
         try:
             result = compile_problem(load_problem(p))
             path = out / f"{p.parent.name}__{p.stem}.py"
