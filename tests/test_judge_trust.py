@@ -203,3 +203,19 @@ def test_a_result_without_the_judges_signature_is_forged(tmp_path):
     assert verified([json.dumps(body).encode()], key)["forged"]["check"] == "forged_result"
     assert verified([], key) == {}
     assert verified([line, line[:20]], key) == body  # the last line cut off by a kill
+
+
+def test_pytorchs_own_rebinding_of_manual_seed_is_no_rng_patch():
+    """Importing torch._dynamo (a build or torch.compile does, after the snapshot) rebinds torch.manual_seed:
+    on the GPU every honest candidate was caught as rng_patch. A candidate's own rebinding still is."""
+    import subprocess
+    import sys
+
+    def tripped(after: str) -> str:
+        code = f"from torchweld.judge.tripwires import Tripwires\nt = Tripwires('x.py')\n{after}\n" \
+               "print([c['check'] for c in t.tripped('after')])"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+
+    assert tripped("import torch._dynamo") == "[]"
+    assert tripped("import torch\ntorch.manual_seed = lambda s: None") == "['rng_patch']"

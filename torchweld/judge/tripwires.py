@@ -58,6 +58,9 @@ class Tripwires:
 
     def __init__(self, source: str):
         self.source = source  # the candidate's file: its functions carry it as their code's file name
+        # NOTE: importing torch._dynamo rebinds torch.manual_seed to a wrapper of its own (a build or
+        # torch.compile imports it later): imported first, so PyTorch's rebinding is not taken for a patch
+        import torch._dynamo  # noqa: F401
         self.judge = _judge_objects()
         self.modules = {n for n in sys.modules if _ours(n)}
         self.rng = {p: _resolve(p) for p in RNG_PATHS}
