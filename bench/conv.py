@@ -13,14 +13,11 @@ Prints a table and writes conv_bench.json and conv_bench.md under OUT_DIR; exits
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import ctypes
 import json
 import math
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -30,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
+
+from nvcc_each import build_each  # noqa: E402
 
 from conv_harness import TOLERANCE, Case, bind, errors, operands, oracle, pooled, site  # noqa: E402
 from torchweld.codegen.conv_source import conv_source  # noqa: E402
@@ -74,26 +73,8 @@ def _layers() -> list[tuple[str, Case]]:
 
 def build(cases: list[Case], out: Path, jobs: int) -> dict[str, Path]:
     """Each site in a file of its own, nvcc'd in parallel into a shared library; {id: library}."""
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        raise SystemExit("nvcc not found")
     (out / "conv_bench.cu").write_text(conv_source([c.spec for c in cases]))  # the whole set, for reading
-
-    def one(case: Case):
-        cu = out / f"{case.id}.cu"
-        cu.write_text(conv_source([case.spec]))
-        so = out / f"{case.id}.so"
-        proc = subprocess.run([nvcc, *NVCC_FLAGS, str(cu), "-o", str(so)], capture_output=True, text=True)
-        return case.id, so if proc.returncode == 0 else proc.stderr[-3000:]
-
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        results = dict(pool.map(one, cases))
-    bad = {k: v for k, v in results.items() if not isinstance(v, Path)}
-    for k, v in bad.items():
-        print(f"BUILD FAILED {k}:\n{v}")
-    if bad:
-        raise SystemExit(1)
-    return results
+    return build_each({c.id: conv_source([c.spec]) for c in cases}, out, NVCC_FLAGS, jobs)
 
 
 def median_ms(fn, flush: torch.Tensor, reps: int) -> float:

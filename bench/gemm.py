@@ -12,7 +12,6 @@ gemm_bench.json and gemm_bench.md under OUT_DIR; exits 1 when a check fails.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import ctypes
 import json
 import os
@@ -27,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
+
+from nvcc_each import build_each  # noqa: E402
 
 from gemm_harness import NVCC_SM80, NVCC_SM90, TOLERANCE, Case, bind, call, col, errors, operands, oracle  # noqa: E402
 from torchweld.codegen.gemm import GemmSpec as G  # noqa: E402
@@ -79,28 +80,10 @@ def _shapes() -> list[tuple[str, Case]]:
     return out
 
 
-def build(cases: list[Case], out: Path, jobs: int) -> dict[str, ctypes.CDLL | None]:
+def build(cases: list[Case], out: Path, jobs: int) -> dict[str, Path]:
     """Each site in a file of its own, nvcc'd in parallel into a shared library; {id: library}."""
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        raise SystemExit("nvcc not found")
     (out / "gemm_bench.cu").write_text(gemm_source([c.spec for c in cases]))  # the whole set, for reading
-
-    def one(case: Case):
-        cu = out / f"{case.id}.cu"
-        cu.write_text(gemm_source([case.spec]))
-        so = out / f"{case.id}.so"
-        proc = subprocess.run([nvcc, *NVCC_FLAGS, str(cu), "-o", str(so)], capture_output=True, text=True)
-        return case.id, so if proc.returncode == 0 else proc.stderr[-3000:]
-
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        results = dict(pool.map(one, cases))
-    bad = {k: v for k, v in results.items() if not isinstance(v, Path)}
-    for k, v in bad.items():
-        print(f"BUILD FAILED {k}:\n{v}")
-    if bad:
-        raise SystemExit(1)
-    return results
+    return build_each({c.id: gemm_source([c.spec]) for c in cases}, out, NVCC_FLAGS, jobs)
 
 
 def sass_counts(so: Path) -> dict:

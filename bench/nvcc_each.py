@@ -1,0 +1,30 @@
+"""nvcc for the kernel benchmarks (bench/gemm.py, bench/conv.py): each site's source in a shared library of its own."""
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import subprocess
+from pathlib import Path
+
+
+def build_each(sources: dict[str, str], out: Path, flags: list[str], jobs: int) -> dict[str, Path]:
+    """{id: library} for {id: CUDA source}, nvcc'd in parallel; a failed build prints its errors and exits."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise SystemExit("nvcc not found")
+
+    def one(item: tuple[str, str]):
+        name, source = item
+        cu, so = out / f"{name}.cu", out / f"{name}.so"
+        cu.write_text(source)
+        proc = subprocess.run([nvcc, *flags, str(cu), "-o", str(so)], capture_output=True, text=True)
+        return name, so if proc.returncode == 0 else proc.stderr[-3000:]
+
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        results = dict(pool.map(one, sources.items()))
+    bad = {k: v for k, v in results.items() if not isinstance(v, Path)}
+    for k, v in bad.items():
+        print(f"BUILD FAILED {k}:\n{v}")
+    if bad:
+        raise SystemExit(1)
+    return results
