@@ -4,7 +4,7 @@
 
 OLD_TREE is a checkout of the judge to compare with (for issue 18: c261832, the last judge that ran the
 candidate in its own process; `git archive c261832 | tar -x -C DIR`). Each pair is checked with
-`torchweld check --json` under both trees, alternating old/new, REPEATS times each; the first round of
+`torchweld check --json` under both trees, alternating old/new, REPEATS (env TW_REPEATS, default 3) times each; the first round of
 each warms the extension build cache and is not counted. Writes OUT_DIR/judge_overhead.md (a table for
 docs/benchmarks.md) and prints it.
 """
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-REPEATS = 3
+REPEATS = int(os.environ.get("TW_REPEATS", "3"))
 HERE = Path(__file__).resolve().parent.parent
 
 
@@ -57,6 +57,12 @@ def main(argv: list[str]) -> int:
         o, n = statistics.median(walls["old"]), statistics.median(walls["new"])
         rows.append((Path(problem).stem, o, n, n / o, "/".join(sorted(map(str, outcomes["old"]))),
                      "/".join(sorted(map(str, outcomes["new"])))))
+        write_table(rows, out)
+    return 0
+
+
+def write_table(rows: list[tuple], out: Path) -> None:
+    """The table so far (written after each problem, so that a run stopped at its limit keeps what it has)."""
     lines = ["| problem | old judge, s | today's judge, s | ratio | old outcome | today's outcome |",
              "| --- | ---: | ---: | ---: | --- | --- |"]
     lines += [f"| {p} | {o:.2f} | {n:.2f} | {r:.2f} | {oo} | {no} |" for p, o, n, r, oo, no in rows]
@@ -65,7 +71,6 @@ def main(argv: list[str]) -> int:
     text = "\n".join(lines)
     (out / "judge_overhead.md").write_text(text + "\n")
     print(text)
-    return 0
 
 
 if __name__ == "__main__":
