@@ -8,7 +8,8 @@ from pathlib import Path
 
 
 def build_each(sources: dict[str, str], out: Path, flags: list[str], jobs: int) -> dict[str, Path]:
-    """{id: library} for {id: CUDA source}, nvcc'd in parallel; a failed build prints its errors and exits."""
+    """{id: library} for {id: CUDA source}, nvcc'd in parallel; a failed build prints its errors and exits.
+    A library already in `out` from the same source and flags is kept (a `--dry-run` builds for a later run)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise SystemExit("nvcc not found")
@@ -16,7 +17,10 @@ def build_each(sources: dict[str, str], out: Path, flags: list[str], jobs: int) 
     def one(item: tuple[str, str]):
         name, source = item
         cu, so = out / f"{name}.cu", out / f"{name}.so"
-        cu.write_text(source)
+        text = f"// nvcc {' '.join(flags)}\n{source}"
+        if so.is_file() and cu.is_file() and cu.read_text() == text and so.stat().st_mtime >= cu.stat().st_mtime:
+            return name, so
+        cu.write_text(text)
         proc = subprocess.run([nvcc, *flags, str(cu), "-o", str(so)], capture_output=True, text=True)
         return name, so if proc.returncode == 0 else proc.stderr[-3000:]
 
