@@ -17,7 +17,6 @@ import ctypes
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -28,7 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 
-from nvcc_each import build_each  # noqa: E402
+from kernel_bench import build_each, median_ms  # noqa: E402
 
 from conv_harness import TOLERANCE, Case, bind, errors, operands, oracle, pooled, site  # noqa: E402
 from torchweld.codegen.conv_source import conv_source  # noqa: E402
@@ -75,21 +74,6 @@ def build(cases: list[Case], out: Path, jobs: int) -> dict[str, Path]:
     """Each site in a file of its own, nvcc'd in parallel into a shared library; {id: library}."""
     (out / "conv_bench.cu").write_text(conv_source([c.spec for c in cases]))  # the whole set, for reading
     return build_each({c.id: conv_source([c.spec]) for c in cases}, out, NVCC_FLAGS, jobs)
-
-
-def median_ms(fn, flush: torch.Tensor, reps: int) -> float:
-    """Median of `reps` calls, each after an L2 flush, timed by CUDA events (2 warm-up calls)."""
-    fn(), fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def cudnn(case: Case, ops: dict, fmt, tf32: bool):

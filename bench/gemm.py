@@ -16,7 +16,6 @@ import ctypes
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 
-from nvcc_each import build_each  # noqa: E402
+from kernel_bench import build_each, median_ms  # noqa: E402
 
 from gemm_harness import NVCC_SM80, NVCC_SM90, TOLERANCE, Case, bind, call, col, errors, operands, oracle  # noqa: E402
 from torchweld.codegen.gemm import GemmSpec as G  # noqa: E402
@@ -93,21 +92,6 @@ def sass_counts(so: Path) -> dict:
         return {}
     sass = subprocess.run([tool, "--dump-sass", str(so)], capture_output=True, text=True).stdout
     return {op: sass.count(op) for op in ("HGMMA", "HMMA", "UTMALDG", "LDL", "STL")}
-
-
-def median_ms(fn, flush: torch.Tensor, reps: int) -> float:
-    """Median of `reps` calls, each after an L2 flush, timed by CUDA events (2 warm-up calls)."""
-    fn(), fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def _tf32(x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""bench/nvcc_each.py keeps a library built from the same source and flags, and rebuilds when either changes."""
+"""bench/kernel_bench.py keeps a library built from the same source and flags, and rebuilds when either changes."""
 import shutil
 import sys
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from nvcc_each import build_each  # noqa: E402
+from kernel_bench import build_each  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 FLAGS = ["-shared", "-Xcompiler", "-fPIC"]

@@ -1,8 +1,10 @@
-"""nvcc for the kernel benchmarks (bench/gemm.py, bench/conv.py): each site's source in a shared library of its own."""
+"""What the kernel benchmarks (bench/gemm.py, bench/conv.py) share: nvcc for each site's source into a shared
+library of its own, and the timer."""
 from __future__ import annotations
 
 import concurrent.futures
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -32,3 +34,21 @@ def build_each(sources: dict[str, str], out: Path, flags: list[str], jobs: int) 
     if bad:
         raise SystemExit(1)
     return results
+
+
+def median_ms(fn, flush, reps: int) -> float:
+    """Median of `reps` calls, each after an L2 flush (`flush`, a tensor over twice the L2, zeroed), timed by CUDA
+    events (2 warm-up calls)."""
+    import torch
+
+    fn(), fn()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
