@@ -10,10 +10,12 @@ from __future__ import annotations
 from math import prod
 
 from torchweld.codegen.common import compute
-from torchweld.codegen.conv_spec import ConvInput, ConvSpec, channels_last, plan, unsupported
+from torchweld.codegen.conv_spec import GLOBAL, ConvInput, ConvSpec, channels_last, plan, unsupported
 from torchweld.codegen.conv_source import ConvSite, conv_prelude, conv_site, wgmma_uses
 from torchweld.ir import Graph, Kernel
-from torchweld.plan.conv_ours import OursConv
+from torchweld.plan.conv_ours import CHANNELS, PIXELS, OursConv
+
+SPLITS = {"max_pool", "avg_pool", *PIXELS, *CHANNELS}
 
 
 def _read(name: str, kind: str) -> str:
@@ -30,9 +32,9 @@ def epilogue(site: OursConv, graph: Graph | None) -> str:
     nodes = graph.by_name()
     k = site.kernel
     members, result = [m for m in k.nodes if m != conv], k.outputs[0]
-    if site.pool:
-        pool = next(m for m in members if nodes[m].op in ("max_pool", "avg_pool"))
-        members, result = members[:members.index(pool)], nodes[pool].args[0]
+    if site.pool or site.reduce:
+        split = _split(site, nodes)
+        members, result = members[:members.index(split)], nodes[split].args[0]
     used = {a for m in members for a in nodes[m].inputs()}
     lines = [f"const float {conv} = {value}; (void){conv};"]
     lines += [f"const float {x.name} = {_read(x.name, x.kind)};" for x in site.epilogue if x.name in used]
@@ -40,13 +42,18 @@ def epilogue(site: OursConv, graph: Graph | None) -> str:
     return f"[&]() -> float {{ {' '.join(lines)} return (float){result}; }}()"
 
 
+def _split(site: OursConv, nodes: dict) -> str:
+    """The folded pool or reduction: the ops before it run on each output, the ops after it on its result."""
+    return next(m for m in site.kernel.nodes[1:] if nodes[m].op in SPLITS)
+
+
 def post(site: OursConv, graph: Graph | None) -> str:
-    """The folded pool kernel's ops after its pool, over `v` (the pooled value), as one C++ expression."""
-    if not site.pool or graph is None:
+    """The folded kernel's ops after its pool or reduction, over `v` (its value), as one C++ expression."""
+    if not (site.pool or site.reduce) or graph is None:
         return "v"
     nodes = graph.by_name()
     members = [m for m in site.kernel.nodes if m != site.kernel.anchor]
-    pool = next(m for m in members if nodes[m].op in ("max_pool", "avg_pool"))
+    pool = _split(site, nodes)
     after = members[members.index(pool) + 1:]
     used = {a for m in after for a in nodes[m].inputs()}
     lines = [f"const float {pool} = v; (void){pool};"]
@@ -63,12 +70,15 @@ def spec(site: OursConv, graph: Graph | None = None) -> ConvSpec:
     """The ConvSpec our generator builds for `site` (the folded ops need `graph`)."""
     ins = (ConvInput(f"e_{site.bias}", "chan", (1,), site.dtype),) if site.bias else ()
     ins += tuple(ConvInput(f"e_{x.name}", x.kind, x.strides, x.dtype) for x in site.epilogue if x.name != site.bias)
+    pixels = site.reduce in GLOBAL  # NOTE: out_strides are the full output's, stored or not; the result's are red_strides
     return ConvSpec(name=site.kernel.name or "site", n=site.n, cin=site.cin, cout=site.cout, size=site.size,
                     kernel=site.kernel_size, stride=site.stride, padding=site.padding, dilation=site.dilation,
                     output_padding=site.output_padding, groups=site.groups, transposed=site.transposed,
                     dtype=site.dtype, precision=site.precision, x_strides=channels_last((site.n, site.cin, *site.size)),
-                    out_strides=_contiguous(site.out_shape), epilogue=epilogue(site, graph), inputs=ins,
-                    pool=site.pool, pool_window=site.pool_window, pool_divisor=site.pool_divisor, post=post(site, graph))
+                    out_strides=_contiguous(tuple(site.kernel.shape) if pixels else site.out_shape),
+                    epilogue=epilogue(site, graph), inputs=ins, pool=site.pool, pool_window=site.pool_window,
+                    pool_divisor=site.pool_divisor, post=post(site, graph), reduce=site.reduce,
+                    red_strides=_contiguous(site.out_shape)[:2] if pixels else ())
 
 
 def check(site: OursConv) -> tuple[str | None, str]:

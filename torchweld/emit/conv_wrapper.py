@@ -31,7 +31,8 @@ def conv_wrappers(k: Kernel, plan: Plan) -> str:
     params = ", ".join(names.values())
     conv = nodes[k.anchor]
     code = built(site, plan.graph)
-    ptr_of = dict(zip(code.args, ["_x", "_w"] + [names[a] for a in operands(site)[2:]] + ["_out"]))
+    ptr_of = {"x": "_x", "w": "_w", **dict(zip(code.args[2:], [names[a] for a in operands(site)[2:]])),
+              "out": "_out", "ws": "_ws", "red": "_out"}  # NOTE: a pixel reduction's result is what it returns
     lines = [f"def _{k.name}_ours(module, {params}):",
              f'    """{k.name}: our convolution {k.anchor}{" with " + site.folded + " folded in" if site.folded else ""};'
              ' None where this device has no path."""',
@@ -43,7 +44,11 @@ def conv_wrappers(k: Kernel, plan: Plan) -> str:
         lines.append(f"    {names[a]} = _tw_layout({names[a]}, {tuple(n.shape)!r}, {tuple(n.stride)!r})")
     ptrs = [ptr_of[a] for a in code.args]
     aligned = " and ".join(f"{p}.data_ptr() % 16 == 0" for p in ("_x", "_w"))
-    lines += [f"    _out = torch.empty({tuple(site.out_shape)!r}, dtype=torch.{site.dtype}, device=_x.device)",
+    lines += [f"    _out = torch.empty({tuple(site.out_shape)!r}, dtype=torch.{site.dtype}, device=_x.device)"]
+    if "ws" in code.args:
+        lines += [f"    _ws = torch.empty(({code.plan.ws},), dtype=torch.float32, device=_x.device)"
+                  "  # per-tile partials of the reduction"]
+    lines += [
               f"    _vec = int({aligned})  # cp.async needs 16-byte aligned pointers; 0: the element gather",
               f"    _err = _LIB.tw_launch_{k.name}({', '.join(f'{p}.data_ptr()' for p in ptrs)}, _vec, "
               f"_tw_stream(_x.get_device()))",

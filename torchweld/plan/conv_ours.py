@@ -20,6 +20,10 @@ from torchweld.ir import CONVOLUTION, Kernel, Node, Ref
 from torchweld.plan.gemm_ours import broadcast_strides
 
 DTYPES = ("float32", "float16", "bfloat16")
+# Reductions a reduce kernel after a convolution may fold in: over every output pixel, or over the channels.
+PIXELS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min"}
+CHANNELS = {"softmax": "softmax", "log_softmax": "log_softmax"}
+WIDEST = 128  # the widest tile a channel softmax fits in (codegen/conv_spec.TILES90)
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,13 @@ class OursConv:
     pool: str = ""  # a folded pool kernel's "max" or "avg" (its anchor: `kernel.nodes` up to it run before it)
     pool_window: tuple[int, ...] = ()  # per spatial dim, 1 where it pools nothing
     pool_divisor: int = 0
-    stored: tuple[int, ...] = ()  # the pooled output's shape
+    stored: tuple[int, ...] = ()  # the pooled or reduced output's shape
+    reduce: str = ""  # a folded reduce kernel's reduction: "sum", "mean", "max", "min" (every pixel), "softmax", "log_softmax"
 
     @property
     def out_shape(self) -> tuple[int, ...]:
-        """The shape the kernel writes: the convolution's (or its folded kernel's), or the pooled one."""
-        return tuple(self.stored) if self.pool else tuple(self.kernel.shape)
+        """The shape the kernel writes: the convolution's (or its folded kernel's), or the pooled or reduced one."""
+        return tuple(self.stored) if self.pool or self.reduce else tuple(self.kernel.shape)
 
 
 Check = Callable[[OursConv], tuple[str | None, str]]
@@ -164,6 +169,8 @@ def _fold(n: Node, base: OursConv, p, nodes: dict, users: dict, claimed: set) ->
         return "no fused kernel reads its result"
     if k.kind == "pool":
         return _fold_pool(n, base, k, nodes, users, claimed)
+    if k.kind == "reduce":
+        return _fold_reduce(n, base, k, nodes, users, claimed)
     if k.kind != "pointwise":
         return f"{k.name} is a {k.kind} kernel"
     if k.name in claimed:
@@ -223,3 +230,43 @@ def _fold_pool(n: Node, base: OursConv, k, nodes: dict, users: dict, claimed: se
                     k.outputs, tuple(n.shape), "conv", n.name)
     return replace(base, kernel=kernel, epilogue=tuple(ins), folded=k.name, pool=a.op.split("_")[0], pool_window=window,
                    pool_divisor=int(a.attr("divisor", 0) or 0), stored=tuple(out.shape))
+
+
+def _fold_reduce(n: Node, base: OursConv, k, nodes: dict, users: dict, claimed: set) -> OursConv | str:
+    """`base` with a reduce kernel folded in (its pointwise prologue, a sum, mean, amax or amin over every
+    output pixel or a softmax or log-softmax over the channels, per-channel ops after it), or why it is not."""
+    a, rank = nodes[k.anchor], len(n.shape)
+    red = PIXELS.get(a.op) or CHANNELS.get(a.op)
+    dims = {d % rank for d in a.attr("dims", ())}
+    if red is None or any(m != a.name and not nodes[m].is_pointwise for m in k.nodes):
+        return f"{k.name} is a {a.op} kernel (ours folds one sum, mean, amax, amin or softmax and pointwise ops)"
+    if a.op in PIXELS and dims != set(range(2, rank)):
+        return f"{k.name} reduces dims {sorted(dims)}, not every pixel"
+    if a.op in CHANNELS and (dims != {1} or base.groups != 1 or base.cout > WIDEST):
+        return f"{k.name}'s {a.op} is not over the {base.cout} channels of one group of at most {WIDEST}"
+    if k.name in claimed or any(r not in k.nodes for r in users[n.name]) or len(k.outputs) != 1:
+        return "its result is also read elsewhere"
+    out = nodes[k.outputs[0]]
+    if out.dtype != n.dtype or a.dtype != n.dtype:
+        return f"{k.name} writes another dtype"
+    at = list(k.nodes).index(a.name)
+    before, after = set(k.nodes[:at]), set(k.nodes[at + 1:])
+    if a.args[0] not in before | {n.name}:
+        return f"{k.name}'s {a.op} does not reduce the convolution's values"
+    if any(isinstance(x, Ref) and x in before | {n.name} for m in after for x in nodes[m].args):
+        return f"{k.name} reads values before its {a.op} after it"
+    ins = []
+    for x in k.inputs:
+        if x == n.name:
+            continue
+        readers = {u for u in users[x] if u in k.nodes}
+        shape = tuple(n.shape) if readers <= before else tuple(out.shape)
+        if nodes[x].dtype not in DTYPES or len(nodes[x].shape) > len(shape):
+            return f"operand {x} is {nodes[x].dtype} or of more dims"
+        op = _operand(nodes[x], shape)
+        if readers & after and (op.kind != "chan" or readers & before):
+            return f"operand {x} is read after the {a.op} at each output"
+        ins.append(op)
+    kernel = Kernel(f"c{k.name}", (n.name, *k.nodes), tuple(dict.fromkeys(base.kernel.inputs + tuple(o.name for o in ins))),
+                    k.outputs, tuple(n.shape), "conv", n.name)
+    return replace(base, kernel=kernel, epilogue=tuple(ins), folded=k.name, reduce=red, stored=tuple(out.shape))
