@@ -43,6 +43,16 @@ PROBLEMS = {
     "c3_softmax": ("torch.softmax(self.conv(x), dim=1)", "self.conv = torch.nn.Conv3d(4, 16, 3, padding=1)",
                    "torch.randn(2, 4, 3, 4, 5),", "softmax"),
 }
+# The convolution's (pointwise-folded) result read by a pixel reduction and returned too: the kernel
+# writes both (`also`), the reduce kernel's step runs it.
+STORED = {
+    "c2_relu_and_amax": ("(y := torch.relu(self.conv(x))), y.amax(dim=(2, 3), keepdim=True) * 2.0",
+                         "self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)", "torch.randn(3, 8, 7, 9),", "max"),
+    "c3_bn_and_mean_bias": ("(y := self.bn(self.conv(x))), y.mean(dim=(2, 3, 4)) + self.b",
+                            "self.conv = torch.nn.Conv3d(8, 8, 3, padding=1, bias=False); self.bn = torch.nn.BatchNorm3d(8); "
+                            "self.bn.running_mean.normal_(); self.b = torch.nn.Parameter(torch.randn(8)); self.eval()",
+                            "torch.randn(2, 8, 3, 4, 5),", "mean"),
+}
 REFUSED = {  # the plan keeps the reduce kernel apart: (forward's return, __init__'s body, inputs, why)
     "softmax_groups_wide": ("torch.softmax(self.conv(x), dim=1)", "self.conv = torch.nn.Conv2d(8, 160, 1)",
                             "torch.randn(2, 8, 4, 4),", "at most 128"),
@@ -105,3 +115,56 @@ def test_plan_says_where_a_reduction_does_not_fold(tmp_path, name):
     sites = [s for s in result.plan.conv_ours.values() if isinstance(s, OursConv)]
     assert sites and all(not s.reduce for s in sites), sites
     assert any(REFUSED[name][3] in s.no_fold for s in sites), [s.no_fold for s in sites]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize("name", list(STORED))
+def test_stored_and_reduced_match_eager_on_the_emulator(tmp_path, name):
+    """Both outputs (the full one and the reduction) of the one conv kernel, both loops, against eager."""
+    path = _problem(tmp_path, name, STORED)
+    result = compile_problem(load_problem(path), Options(conv_ours=True))
+    sites = [s for s in result.plan.conv_ours.values() if isinstance(s, OursConv)]
+    assert [(s.reduce, bool(s.also)) for s in sites] == [(STORED[name][3], True)]
+    assert [k.kind for k in result.plan.kernels] == ["conv"] and len(result.plan.kernels[0].outputs) == 2
+    torch.manual_seed(1)
+    inputs = eval(f"[{STORED[name][2]}]", {"torch": torch})
+    for cc, vec, way in ((90, True, "ours"), (80, True, "ours"), (80, False, "ours"), (80, True, "cudnn")):
+        ref, new = reference_and_new(path, _emulated(result, tmp_path, cc, vec, way))
+        with torch.no_grad():
+            want, got = ref(*inputs), new(*inputs)
+        assert len(got) == len(want) == 2
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and not g.isnan().any(), (cc, vec, way)
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, msg=lambda m: f"{cc} {vec} {way}: {m}")
+
+
+def test_squeeze_excite_keeps_the_store_and_folds_the_pool(tmp_path):
+    """conv -> ReLU -> (mean -> linear -> sigmoid) x itself: the pool folds in beside the stored output, and
+    the kernel runs at the pool's step (its output's other reader, the gate's product, comes later)."""
+    path = write_problem(tmp_path, "se", """import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return (y := torch.relu(self.conv(x))) * torch.sigmoid(self.fc(y.mean(dim=(2, 3))))[:, :, None, None]
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 6, 6)]
+
+
+def get_init_inputs():
+    return []
+""")
+    plan = compile_problem(load_problem(path), Options(conv_ours=True)).plan
+    site = next(s for s in plan.conv_ours.values() if isinstance(s, OursConv))
+    assert site.reduce == "mean" and site.also and site.kernel.outputs == site.kernel.nodes[2:]
+    assert site.kernel.name in plan.steps and site.folded not in plan.steps and site.also not in plan.steps
+    step = plan.steps.index(site.kernel.name)
+    reader = next(k for k in plan.kernels if site.kernel.outputs[0] in k.inputs and k is not site.kernel)
+    assert plan.steps.index(reader.name) > step

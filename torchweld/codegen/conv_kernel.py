@@ -27,7 +27,7 @@ def epilogue(site: OursConv, graph: Graph | None) -> str:
     pool: the ops before it, ending at the pool's input)."""
     conv = site.kernel.anchor
     value = f"acc + {_read(site.bias, 'chan')}" if site.bias else "acc"
-    if not site.folded or graph is None:
+    if not (site.folded or site.also) or graph is None:
         return value
     nodes = graph.by_name()
     k = site.kernel
@@ -59,7 +59,7 @@ def post(site: OursConv, graph: Graph | None) -> str:
     lines = [f"const float {pool} = v; (void){pool};"]
     lines += [f"const float {x.name} = {_read(x.name, 'chan')};" for x in site.epilogue if x.name in used]
     lines += [compute(nodes[m]) for m in after]
-    return f"[&]() -> float {{ {' '.join(lines)} return (float){site.kernel.outputs[0]}; }}()"
+    return f"[&]() -> float {{ {' '.join(lines)} return (float){site.kernel.outputs[-1]}; }}()"
 
 
 def _contiguous(shape: tuple) -> tuple:
@@ -77,7 +77,7 @@ def spec(site: OursConv, graph: Graph | None = None) -> ConvSpec:
                     dtype=site.dtype, precision=site.precision, x_strides=channels_last((site.n, site.cin, *site.size)),
                     out_strides=_contiguous(tuple(site.kernel.shape) if pixels else site.out_shape),
                     epilogue=epilogue(site, graph), inputs=ins, pool=site.pool, pool_window=site.pool_window,
-                    pool_divisor=site.pool_divisor, post=post(site, graph), reduce=site.reduce,
+                    pool_divisor=site.pool_divisor, post=post(site, graph), reduce=site.reduce, reduce_store=bool(site.also),
                     red_strides=_contiguous(site.out_shape)[:2] if pixels else ())
 
 

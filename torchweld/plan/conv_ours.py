@@ -67,10 +67,12 @@ class OursConv:
     pool_divisor: int = 0
     stored: tuple[int, ...] = ()  # the pooled or reduced output's shape
     reduce: str = ""  # a folded reduce kernel's reduction: "sum", "mean", "max", "min" (every pixel), "softmax", "log_softmax"
+    also: str = ""  # a pixel reduce kernel folded in after `folded`, whose input is also read elsewhere: both are written
 
     @property
     def out_shape(self) -> tuple[int, ...]:
-        """The shape the kernel writes: the convolution's (or its folded kernel's), or the pooled or reduced one."""
+        """The shape the kernel writes: the convolution's (or its folded kernel's), or the pooled or reduced one
+        (`also`: the reduced one, its second output)."""
         return tuple(self.stored) if self.pool or self.reduce else tuple(self.kernel.shape)
 
 
@@ -86,11 +88,16 @@ def conv_ours(p, tf32: bool = False, check: Check | None = None) -> dict[str, Ou
         if n is None or p.kernel(step) is not None or n.op != "aten" or n.target != CONVOLUTION:
             continue
         site = _site(n, p, nodes, users, tf32, claimed)
-        if isinstance(site, OursConv) and check is not None:
-            why, how = check(site)
-            site = why if why else replace(site, how=how)
-        if isinstance(site, OursConv) and site.folded:
-            claimed.add(site.folded)
+        more = _fold_also(site, p, nodes, users, claimed) if isinstance(site, OursConv) else None
+        for cand in ([more] if more else []) + [site]:  # NOTE: codegen may refuse the reduction, not the site
+            if isinstance(cand, OursConv) and check is not None:
+                why, how = check(cand)
+                cand = why if why else replace(cand, how=how)
+            site = cand
+            if isinstance(site, OursConv):
+                break
+        if isinstance(site, OursConv):
+            claimed.update({site.folded, site.also} - {""})
         out[n.name] = site
     return out
 
@@ -101,10 +108,13 @@ def apply(p, sites: dict[str, OursConv | str]):
     ours = [s for s in sites.values() if isinstance(s, OursConv)]
     if not ours:
         return p
-    folded = {s.folded: s.kernel for s in ours if s.folded}
-    alone = {s.kernel.anchor: s.kernel for s in ours if not s.folded}
-    gone = {s.kernel.anchor for s in ours if s.folded}
-    kernels, steps = [folded.get(k.name, k) for k in p.kernels], []
+    # NOTE: a site with `also` runs at its reduce kernel's step (the reduction's operands are ready there; its
+    # full output's other readers come after it: _fold_also), the pointwise kernel's step is dropped
+    folded = {(s.also or s.folded): s.kernel for s in ours if s.folded or s.also}
+    dropped = {s.folded for s in ours if s.also and s.folded}
+    alone = {s.kernel.anchor: s.kernel for s in ours if not (s.folded or s.also)}
+    gone = {s.kernel.anchor for s in ours if s.folded or s.also} | dropped
+    kernels, steps = [folded.get(k.name, k) for k in p.kernels if k.name not in dropped], []
     for step in p.steps:
         if step in folded:
             steps.append(folded[step].name)
@@ -122,7 +132,7 @@ def describe_site(conv: str, site: OursConv | str) -> str:
     """One line for explain and the file's header."""
     if isinstance(site, str):
         return f"{conv}: library: {site}"
-    fold = f", epilogue {site.folded} folded in" if site.folded else (f" (no epilogue: {site.no_fold})"
+    fold = f", epilogue {' and '.join(x for x in (site.folded, site.also) if x)} folded in" if site.folded or site.also else (f" (no epilogue: {site.no_fold})"
                                                                       if site.no_fold else "")
     kind = "transposed conv" if site.transposed else "conv"
     return (f"{conv}: ours as {site.kernel.name}: {kind}{len(site.size)}d {site.n}x{site.cin}x"
@@ -270,3 +280,37 @@ def _fold_reduce(n: Node, base: OursConv, k, nodes: dict, users: dict, claimed: 
     kernel = Kernel(f"c{k.name}", (n.name, *k.nodes), tuple(dict.fromkeys(base.kernel.inputs + tuple(o.name for o in ins))),
                     k.outputs, tuple(n.shape), "conv", n.name)
     return replace(base, kernel=kernel, epilogue=tuple(ins), folded=k.name, reduce=red, stored=tuple(out.shape))
+
+
+def _fold_also(site: OursConv, p, nodes: dict, users: dict, claimed: set) -> OursConv | None:
+    """`site` (a pointwise kernel folded in) with the reduce kernel reading its result folded in too, where
+    that result is also read elsewhere: a sum, mean, amax or amin over every pixel of it, per-channel ops
+    after; the kernel then writes both. None where there is no such kernel."""
+    if site.pool or site.reduce or len(site.kernel.outputs) != 1:
+        return None
+    v, rank = site.kernel.outputs[0], len(site.kernel.shape)
+    r = next((k for k in p.kernels if k.kind == "reduce" and v in k.inputs and k.name not in claimed), None)
+    if r is None or nodes[r.anchor].op not in PIXELS or r.nodes[0] != r.anchor or len(r.outputs) != 1:
+        return None
+    a, out = nodes[r.anchor], nodes[r.outputs[0]]
+    if {d % rank for d in a.attr("dims", ())} != set(range(2, rank)) or a.args[0] != v or out.dtype != site.dtype \
+            or any(m != a.name and (not nodes[m].is_pointwise or v in nodes[m].args) for m in r.nodes):
+        return None
+    step = {m: k.name for k in p.kernels for m in k.nodes}
+    order = {s: i for i, s in enumerate(p.steps)}
+    late = lambda u: order.get(step.get(u, u), len(order) if u == "<output>" else -1) > order.get(r.name, -1)  # noqa: E731
+    if not all(late(u) for u in users[v] if u not in r.nodes):
+        return None  # NOTE: the merged kernel runs at the reduce kernel's step: every other reader comes later
+    ins, have = [], {e.name: e.kind for e in site.epilogue} | ({site.bias: "chan"} if site.bias else {})
+    for x in r.inputs:
+        if x == v or have.get(x) == "chan":
+            continue
+        op = _operand(nodes[x], tuple(out.shape)) if len(nodes[x].shape) <= len(out.shape) else None
+        if op is None or op.kind != "chan" or nodes[x].dtype not in DTYPES or x in have:
+            return None
+        ins.append(op)
+    k = site.kernel
+    kernel = Kernel(k.name, k.nodes + r.nodes, tuple(dict.fromkeys(k.inputs + tuple(o.name for o in ins))),
+                    (v, r.outputs[0]), k.shape, "conv", k.anchor)
+    return replace(site, kernel=kernel, epilogue=site.epilogue + tuple(ins), reduce=PIXELS[a.op], stored=tuple(out.shape),
+                   also=r.name, no_fold="")
