@@ -50,7 +50,7 @@ def operands(case: Case, seed: int = 0, device: str = "cpu") -> dict:
     dt = TORCH_DTYPE[s.dtype]
     xshape = (s.n, s.cin, *s.size)
     oshape = (s.n, s.cout, *s.out_size)
-    sshape = (s.n, s.cout, *s.store_size)
+    sshape = (s.n, s.store_channels, *s.store_size)
     ops = {"x": _strided(xshape, s.x_strides, dt, gen, device)}
     w = torch.randn(s.weight_shape, generator=gen, dtype=torch.float32, device=device).to(dt)
     ops["w"] = w, w
@@ -109,6 +109,10 @@ def reduced(case: Case, out: torch.Tensor, views: dict) -> torch.Tensor:
               "min": lambda v: v.amin(dims)}[s.reduce]
         return case.post(fn(out), {k: v.view(1, -1) if v.dim() == out.dim() and v.shape[0] == 1 and v.numel() == s.cout
                                     else v for k, v in views.items()})
+    if s.reduce.startswith("chan_"):
+        fn = {"chan_sum": lambda v: v.sum(1, True), "chan_mean": lambda v: v.mean(1, True),
+              "chan_max": lambda v: v.amax(1, True), "chan_min": lambda v: v.amin(1, True)}[s.reduce]
+        return case.post(fn(out), views)
     return case.post(torch.softmax(out, 1) if s.reduce == "softmax" else torch.log_softmax(out, 1), views)
 
 
@@ -228,6 +232,7 @@ def site(id: str, dims: int = 2, transposed: bool = False, dtype: str = "float32
         if post_scale:
             inputs.append(ConvInput("gain", "chan", (1,)))
             post, post_fn = "fmaxf(v * gain[c], 0.f)", (lambda v, x: (v * x["gain"]).clamp_min(0))
+        oshape = (n, s.store_channels, *s.out_size)
     os_ = None if out_layout == "cl" else _row_major(oshape)
     return Case(id, replace(s, inputs=tuple(inputs), epilogue=expr, x_strides=xs, out_strides=os_, post=post), epi, post_fn)
 
@@ -302,6 +307,12 @@ def sweep() -> list:
         site("sm_softmax3d", 3, False, size=(3, 4, 5), padding=1, cin=8, cout=16, residual=True, reduce="softmax"),
         site("sm_softmax_t2", 2, True, size=5, stride=2, output_padding=1, cin=32, cout=21, reduce="softmax", out_layout="nc"),
         site("sm_softmax_w90", 2, False, n=2, size=(9, 8), padding=1, cin=64, cout=100, bias=True, reduce="softmax",
+             tile90=(128, 128)),
+        site("ch_max2d", 2, False, n=2, size=(7, 9), padding=1, cin=8, cout=48, bias=True, reduce="chan_max", out_layout="nc"),
+        site("ch_mean1d_h16", 1, False, "float16", size=29, kernel=3, cin=16, cout=24, relu=True, reduce="chan_mean"),
+        site("ch_sum3d", 3, False, size=(3, 4, 5), padding=1, cin=8, cout=16, residual=True, reduce="chan_sum",
+             out_layout="nc"),
+        site("ch_min_t2_w90", 2, True, size=5, stride=2, output_padding=1, cin=64, cout=120, reduce="chan_min",
              tile90=(128, 128)),
     ]
     cases += [site(f"tile_{bm}x{bn}", 2, False, n=3, size=7, cin=16, cout=bn + 8, padding=1, tile=(bm, bn, wm, wn),

@@ -29,7 +29,8 @@ def emu(tmp_path_factory):
 
 def test_cases_cover_the_reductions():
     specs = [plan(c.spec).spec for c in CASES]
-    assert {s.reduce for s in specs} == {"sum", "mean", "max", "min", "softmax", "log_softmax"}
+    assert {s.reduce for s in specs} == {"sum", "mean", "max", "min", "softmax", "log_softmax", "chan_sum", "chan_mean",
+                                         "chan_max", "chan_min"}
     assert {s.dims for s in specs} == {1, 2, 3} and {s.transposed for s in specs} == {False, True}
     assert any(s.reduce_store for s in specs) and any(s.groups > 1 for s in specs)
     assert {plan(c.spec).sm80[0] for c in CASES} == {64, 128} and {plan(c.spec).sm90[0] for c in CASES} == {64, 128}
@@ -64,10 +65,12 @@ def test_emulated_reduction_matches_fp64(emu, case, cc, vec):
     ("red_mean_big", 90, "const int slot = m0 / BM - n * HW / BM;", "const int slot = 0;"),  # slots overwritten
     ("sm_softmax2d", 80, "S::post(p, j, S::RED", "S::post(p, 0, S::RED"),  # post ops of the wrong channel
     ("sm_log1d_h16", 90, "for (int j = 0; j < S::N; ++j) sum +=", "for (int j = 0; j < 8; ++j) sum +="),  # part of the sum
+    ("ch_max2d", 80, "for (int j = 1; j < S::N; ++j) v = twg_red", "for (int j = 1; j < 32; ++j) v = twg_red"),  # a tile's width
 ])
 def test_emulator_is_not_blind(tmp_path, cid, cc, old, new):
     """A reduction dropping a row of each image's segment, one whose row tiles overwrite one slot, a
-    softmax applying the first channel's post ops to every channel, one whose sum misses channels: each fails."""
+    softmax applying the first channel's post ops to every channel, one whose sum misses channels, a
+    channel max over the first 32 channels only: each fails."""
     from torchweld.codegen import conv_source
     if GXX is None:
         pytest.skip("g++ not installed")
@@ -114,6 +117,7 @@ NVCC_CASES = [
          tile90=(128, 128), out_layout="nc"),
     site("logsoftmax_b16_t2", 2, True, "bfloat16", n=16, cin=64, cout=21, size=64, kernel=2, stride=2,
          reduce="log_softmax", out_layout="nc"),
+    site("chan_max_f32", 2, False, n=32, cin=16, cout=48, size=96, padding=1, bias=True, reduce="chan_max", out_layout="nc"),
 ]
 
 

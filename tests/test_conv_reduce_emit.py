@@ -1,6 +1,6 @@
 """Reductions folded into our convolution (`--conv-ours`, plan/conv_ours._fold_reduce) through the emitted
 file on the CPU emulator: global pools (mean, sum, amax over every pixel, keepdim or not, after a pointwise
-chain, with per-channel ops after them) and channel softmaxes, 1-d to 3-d, grouped, transposed, fp16,
+chain, with per-channel ops after them), channel softmaxes and channel max/mean, 1-d to 3-d, grouped, transposed, fp16,
 against eager; and where the plan folds them and where it says no."""
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ PROBLEMS = {
                             "softmax"),
     "c3_softmax": ("torch.softmax(self.conv(x), dim=1)", "self.conv = torch.nn.Conv3d(4, 16, 3, padding=1)",
                    "torch.randn(2, 4, 3, 4, 5),", "softmax"),
+    "c2_chan_amax_tanh": ("torch.tanh(torch.amax(self.conv(x), dim=1, keepdim=True))",
+                          "self.conv = torch.nn.Conv2d(8, 48, 3, padding=1)", "torch.randn(2, 8, 7, 9),", "chan_max"),
+    "c1_chan_mean": ("torch.relu(self.conv(x)).mean(dim=1) * 3.0", "self.conv = torch.nn.Conv1d(8, 24, 3, padding=1)",
+                     "torch.randn(2, 8, 19),", "chan_mean"),
 }
 # The convolution's (pointwise-folded) result read by a pixel reduction and returned too: the kernel
 # writes both (`also`), the reduce kernel's step runs it.

@@ -66,16 +66,26 @@ def _contiguous(shape: tuple) -> tuple:
     return tuple(prod(shape[i + 1:]) for i in range(len(shape)))
 
 
+def _out_strides(site: OursConv) -> tuple:
+    """Contiguous strides of what `out` holds: the full output for a pixel reduction (stored or not: its result
+    is at red_strides), (n, 1, spatial...) for a channel one (keepdim or not), else the kernel's output."""
+    if site.reduce in GLOBAL:
+        return _contiguous(tuple(site.kernel.shape))
+    if site.reduce.startswith("chan_"):
+        return _contiguous((site.n, 1, *site.kernel.shape[2:]))
+    return _contiguous(site.out_shape)
+
+
 def spec(site: OursConv, graph: Graph | None = None) -> ConvSpec:
     """The ConvSpec our generator builds for `site` (the folded ops need `graph`)."""
     ins = (ConvInput(f"e_{site.bias}", "chan", (1,), site.dtype),) if site.bias else ()
     ins += tuple(ConvInput(f"e_{x.name}", x.kind, x.strides, x.dtype) for x in site.epilogue if x.name != site.bias)
-    pixels = site.reduce in GLOBAL  # NOTE: out_strides are the full output's, stored or not; the result's are red_strides
+    pixels = site.reduce in GLOBAL
     return ConvSpec(name=site.kernel.name or "site", n=site.n, cin=site.cin, cout=site.cout, size=site.size,
                     kernel=site.kernel_size, stride=site.stride, padding=site.padding, dilation=site.dilation,
                     output_padding=site.output_padding, groups=site.groups, transposed=site.transposed,
                     dtype=site.dtype, precision=site.precision, x_strides=channels_last((site.n, site.cin, *site.size)),
-                    out_strides=_contiguous(tuple(site.kernel.shape) if pixels else site.out_shape),
+                    out_strides=_out_strides(site),
                     epilogue=epilogue(site, graph), inputs=ins, pool=site.pool, pool_window=site.pool_window,
                     pool_divisor=site.pool_divisor, post=post(site, graph), reduce=site.reduce, reduce_store=bool(site.also),
                     red_strides=_contiguous(site.out_shape)[:2] if pixels else ())

@@ -18,7 +18,8 @@ from .gemm import DTYPES
 from .gemm_source import gemm_prelude
 
 CUH = Path(__file__).parent / "cuh"
-REDS = {"": 0, "sum": 1, "mean": 2, "max": 3, "min": 4, "softmax": 5, "log_softmax": 6}  # S::RED (cuh/conv_reduce.cuh)
+REDS = {"": 0, "sum": 1, "mean": 2, "max": 3, "min": 4, "softmax": 5, "log_softmax": 6, "chan_sum": 7, "chan_mean": 8,
+        "chan_max": 9, "chan_min": 10}  # S::RED (cuh/conv_reduce.cuh)
 WRITTEN = ("out", "ws", "red")  # the launcher's pointers it writes
 
 

@@ -21,7 +21,7 @@ from torchweld.codegen.gemm import DTYPES, PRECISIONS, SMEM_MAX
 RESERVED = {"acc", "q", "c", "p"}
 KINDS = ("chan", "full")
 GLOBAL = ("sum", "mean", "max", "min")  # reductions over every output pixel of a channel
-CHANNEL = ("softmax", "log_softmax")  # over the channels of a pixel
+CHANNEL = ("softmax", "log_softmax", "chan_sum", "chan_mean", "chan_max", "chan_min")  # over the channels of a pixel
 # (BM, BN, WM, WN): the mma.sync tiles; BN follows the group's output channels.
 TILES90 = (16, 32, 64, 128)  # wgmma N of the Hopper loop (BM: 64 or 128, one or two consumer warpgroups)
 TILES = ((128, 128, 64, 32), (128, 64, 32, 32), (64, 64, 32, 32), (128, 32, 32, 32), (64, 32, 32, 16))
@@ -73,7 +73,8 @@ class ConvSpec:
     # A reduction of the epilogue's values: over every output pixel of each (n, c) ("sum", "mean", "max", "min":
     # per-tile partials to a workspace, then a small kernel; `post` runs on the result, written at `red_strides`
     # over (n, c); the full output too where `reduce_store`), or over the channels of each pixel ("softmax",
-    # "log_softmax": one tile holds every channel; `post` runs on each value, written at `out_strides`).
+    # "log_softmax": one tile holds every channel; `post` runs on each value, written at `out_strides`; or "chan_sum",
+    # "chan_mean", "chan_max", "chan_min": one value per pixel, `post` on it, written at `out_strides` over (n, 1, ...)).
     reduce: str = ""
     reduce_store: bool = False
     red_strides: tuple[int, ...] = ()
@@ -91,6 +92,11 @@ class ConvSpec:
     def store_size(self) -> tuple[int, ...]:
         """The spatial size of what the kernel stores: the output's, or the pooled output's."""
         return _store(normalise(self))
+
+    @property
+    def store_channels(self) -> int:
+        """The channels of what the kernel stores: one where it reduces over them ("chan_*")."""
+        return 1 if self.reduce.startswith("chan_") else self.cout
 
     @property
     def weight_shape(self) -> tuple[int, ...]:
@@ -120,7 +126,7 @@ def normalise(spec: ConvSpec) -> ConvSpec:
                 dilation=tuple(spec.dilation) or one, output_padding=tuple(spec.output_padding) or zero,
                 kernel=tuple(spec.kernel), size=tuple(spec.size), precision=prec)
     xs = s.x_strides or channels_last((s.n, s.cin, *s.size))
-    os_ = s.out_strides or channels_last((s.n, s.cout, *_store(s)))
+    os_ = s.out_strides or channels_last((s.n, s.store_channels, *_store(s)))
     return replace(s, x_strides=tuple(xs), out_strides=tuple(os_), red_strides=tuple(s.red_strides) or (s.cout, 1))
 
 
@@ -187,7 +193,7 @@ class ConvPlan:
 
 def _red_how(s: ConvSpec) -> str:
     if s.reduce in CHANNEL:
-        return f", {s.reduce} over the channels in the epilogue"
+        return f", {s.reduce.removeprefix('chan_')} over the channels in the epilogue"
     if s.reduce:
         return f", {s.reduce} over the pixels in the epilogue (per-tile partials, then a final kernel)" + (
             ", full output stored too" if s.reduce_store else ", full output never stored")
@@ -236,7 +242,7 @@ def unsupported(spec: ConvSpec) -> str | None:
         return f"reduction {s.reduce}"
     if s.reduce in CHANNEL and (s.groups != 1 or s.cout > max(TILES90)):
         return f"{s.reduce} over more channels than one tile holds ({s.cout} in {s.groups} groups)"
-    if s.reduce in CHANNEL and ((spec.sm80_tile and spec.sm80_tile[1] < s.cout) or (spec.sm90_tile and spec.sm90_tile[1] < s.cout)):
+    if s.reduce in CHANNEL and any(t and t[1] < s.cout for t in (spec.sm80_tile, spec.sm90_tile)):
         return f"a tile narrower than the {s.cout} channels of the {s.reduce}"
     for x in s.inputs if s.pool or s.reduce else ():
         if x.kind != "chan" and x.name in s.post:
@@ -317,5 +323,6 @@ def _phased(s: ConvSpec, cig: int) -> bool:
     """Rows by phase pay where a transposed convolution's stride leaves most taps reading zero; the k-tile
     skip needs every output size a multiple of its stride and each tap's channels whole k-tiles."""
     bk = 128 // DTYPES[s.dtype][1]
-    return s.transposed and not s.pool and not s.reduce and max(s.stride) > 1 and all(o % st == 0 for o, st in zip(s.out_size, s.stride)) \
+    return s.transposed and not (s.pool or s.reduce) and max(s.stride) > 1 \
+        and all(o % st == 0 for o, st in zip(s.out_size, s.stride)) \
         and cig % bk == 0

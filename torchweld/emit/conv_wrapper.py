@@ -31,10 +31,11 @@ def conv_wrappers(k: Kernel, plan: Plan) -> str:
     params = ", ".join(names.values())
     conv = nodes[k.anchor]
     code = built(site, plan.graph)
+    folds = " and ".join(x for x in (site.folded, site.also) if x)
     ptr_of = {"x": "_x", "w": "_w", **dict(zip(code.args[2:], [names[a] for a in operands(site)[2:]])),
               "out": "_out", "ws": "_ws", "red": "_red" if site.also else "_out"}  # NOTE: a pixel reduction's result
     lines = [f"def _{k.name}_ours(module, {params}):",
-             f'    """{k.name}: our convolution {k.anchor}{" with " + " and ".join(x for x in (site.folded, site.also) if x) + " folded in" if site.folded or site.also else ""};'
+             f'    """{k.name}: our convolution {k.anchor}{" with " + folds + " folded in" if folds else ""};'
              ' None where this device has no path."""',
              f"    if not _LIB.tw_conv_path_{k.name}():", "        return None",
              f"    _x = _tw_channels_last({names[site.x]})  # NOTE: the kernel gathers channels-last input",

@@ -66,7 +66,7 @@ class OursConv:
     pool_window: tuple[int, ...] = ()  # per spatial dim, 1 where it pools nothing
     pool_divisor: int = 0
     stored: tuple[int, ...] = ()  # the pooled or reduced output's shape
-    reduce: str = ""  # a folded reduce kernel's reduction: "sum", "mean", "max", "min" (every pixel), "softmax", "log_softmax"
+    reduce: str = ""  # a folded reduction: "sum", "mean", "max", "min" (every pixel), "softmax", "log_softmax", "chan_*"
     also: str = ""  # a pixel reduce kernel folded in after `folded`, whose input is also read elsewhere: both are written
 
     @property
@@ -132,8 +132,8 @@ def describe_site(conv: str, site: OursConv | str) -> str:
     """One line for explain and the file's header."""
     if isinstance(site, str):
         return f"{conv}: library: {site}"
-    fold = f", epilogue {' and '.join(x for x in (site.folded, site.also) if x)} folded in" if site.folded or site.also else (f" (no epilogue: {site.no_fold})"
-                                                                      if site.no_fold else "")
+    folds = " and ".join(x for x in (site.folded, site.also) if x)
+    fold = f", epilogue {folds} folded in" if folds else (f" (no epilogue: {site.no_fold})" if site.no_fold else "")
     kind = "transposed conv" if site.transposed else "conv"
     return (f"{conv}: ours as {site.kernel.name}: {kind}{len(site.size)}d {site.n}x{site.cin}x"
             f"{'x'.join(map(str, site.size))} -> {site.cout} channels {site.dtype}{fold}" + (f"; {site.how}" if site.how else ""))
@@ -246,13 +246,14 @@ def _fold_reduce(n: Node, base: OursConv, k, nodes: dict, users: dict, claimed: 
     """`base` with a reduce kernel folded in (its pointwise prologue, a sum, mean, amax or amin over every
     output pixel or a softmax or log-softmax over the channels, per-channel ops after it), or why it is not."""
     a, rank = nodes[k.anchor], len(n.shape)
-    red = PIXELS.get(a.op) or CHANNELS.get(a.op)
     dims = {d % rank for d in a.attr("dims", ())}
+    over = dims == {1} and a.op in PIXELS  # NOTE: a sum, mean, amax or amin over the channels: one value a pixel
+    red = "chan_" + PIXELS[a.op] if over else PIXELS.get(a.op) or CHANNELS.get(a.op)
     if red is None or any(m != a.name and not nodes[m].is_pointwise for m in k.nodes):
         return f"{k.name} is a {a.op} kernel (ours folds one sum, mean, amax, amin or softmax and pointwise ops)"
-    if a.op in PIXELS and dims != set(range(2, rank)):
-        return f"{k.name} reduces dims {sorted(dims)}, not every pixel"
-    if a.op in CHANNELS and (dims != {1} or base.groups != 1 or base.cout > WIDEST):
+    if a.op in PIXELS and not over and dims != set(range(2, rank)):
+        return f"{k.name} reduces dims {sorted(dims)}, not every pixel nor the channels"
+    if (a.op in CHANNELS or over) and (dims != {1} or base.groups != 1 or base.cout > WIDEST):
         return f"{k.name}'s {a.op} is not over the {base.cout} channels of one group of at most {WIDEST}"
     if k.name in claimed or any(r not in k.nodes for r in users[n.name]) or len(k.outputs) != 1:
         return "its result is also read elsewhere"

@@ -9,7 +9,7 @@
 //     applies S::post. The full output is stored only where S::STORE (something else reads it).
 //   RED 5-6 (softmax, log_softmax over the channels of a pixel; the block's tile holds every channel:
 //     one group, BN >= N): one thread per row takes the max, the sum of exponentials and writes the
-//     row, each value through S::post.
+//     row, each value through S::post; RED 7-10 (the channels' sum, mean, max, min): one value a row.
 // Rows are the plain (n, d, h, w) order (no pool, no phase order): an image's rows are consecutive.
 #ifndef TWC_REDUCE_CUH
 #define TWC_REDUCE_CUH
@@ -17,8 +17,10 @@
 // Row tiles of height BM that can reach one image: the workspace slots per image and channel.
 template <class S, int BM> TWG_DEV constexpr int twc_slots() { return (S::OD * S::OH * S::OW + BM - 1) / BM + 1; }
 
-// twg_red's combine for a pixel reduction: sum (and mean), max, min (max and min propagate NaN).
-template <class S> TWG_DEV constexpr int twc_red_op() { return S::RED == 3 ? 2 : S::RED == 4 ? 3 : 1; }
+// twg_red's combine for a pixel or channel reduction: sum (and mean), max, min (max and min propagate NaN).
+template <class S> TWG_DEV constexpr int twc_red_op() {
+  return (S::RED == 3 || S::RED == 9) ? 2 : (S::RED == 4 || S::RED == 10) ? 3 : 1;
+}
 
 // One accumulator (row m, group column j) of a reducing site into the tile, as it is: the epilogue runs
 // later over the whole tile, every thread of the block taking part (fewer live registers at the loop's end).
@@ -26,7 +28,7 @@ template <class S, int BN> TWG_DEV void twc_red_put(float* tile, int m0, int n0,
   tile[(m - m0) * (BN + 1) + (j - n0)] = acc;
 }
 
-// The block's part once its tile is written (after a barrier): partials (RED 1-4) or softmax rows (5-6).
+// The block's part once its tile is written (after a barrier): partials (RED 1-4) or rows (5-10).
 template <class S, int BM, int BN, int NT>
 TWG_DEV void twc_red_end(const typename S::Ptrs& p, float* tile, int g, int m0, int n0, int tid) {
   constexpr int HW = S::OD * S::OH * S::OW;
@@ -61,14 +63,20 @@ TWG_DEV void twc_red_end(const typename S::Ptrs& p, float* tile, int g, int m0, 
 #pragma unroll 1
     for (int r = tid; r < BM && m0 + r <= last; r += NT) {
       const float* row = tile + r * (BN + 1);
-      float mx = row[0], sum = 0.0f;
-      for (int j = 1; j < S::N; ++j) mx = twg_red<2>(mx, row[j]);
-      for (int j = 0; j < S::N; ++j) sum += expf(row[j] - mx);
       const twc_pix q = twc_pixel<S>(m0 + r);
       typename S::T* out = p.out + q.n * S::ON + q.d * S::OSD + q.h * S::OSH + q.w * S::OSW;
-      for (int j = 0; j < S::N; ++j) {
-        const float e = row[j] - mx;
-        out[(long long)j * S::OC] = twg_to<typename S::T>(S::post(p, j, S::RED == 5 ? expf(e) / sum : e - logf(sum)));
+      if constexpr (S::RED >= 7) {  // one value per pixel: the channels' sum, mean, max or min
+        float v = row[0];
+        for (int j = 1; j < S::N; ++j) v = twg_red<twc_red_op<S>()>(v, row[j]);
+        out[0] = twg_to<typename S::T>(S::post(p, 0, S::RED == 8 ? v / (float)S::N : v));
+      } else {
+        float mx = row[0], sum = 0.0f;
+        for (int j = 1; j < S::N; ++j) mx = twg_red<2>(mx, row[j]);
+        for (int j = 0; j < S::N; ++j) sum += expf(row[j] - mx);
+        for (int j = 0; j < S::N; ++j) {
+          const float e = row[j] - mx;
+          out[(long long)j * S::OC] = twg_to<typename S::T>(S::post(p, j, S::RED == 5 ? expf(e) / sum : e - logf(sum)));
+        }
       }
     }
   }
