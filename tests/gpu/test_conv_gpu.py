@@ -37,7 +37,7 @@ LAYERS = [  # realistic sizes: ResNet-50, MobileNetV2, a UNet decoder, a 1-d and
     site("c3d", 3, False, n=4, cin=32, cout=64, size=(8, 28, 28), kernel=3, padding=1, bias=True, relu=True),
     site("t3d_seed", 3, True, n=4, cin=32, cout=16, size=(8, 16, 16), kernel=3, stride=2, padding=1, output_padding=1),
     # reductions in the epilogue: a classifier head's global average pool (full output never written), a
-    # squeeze-excite's pool beside the stored output, a segmentation head's channel softmax
+    # squeeze-excite's pool beside the stored output, a segmentation head's channel softmax, a channel max pool
     site("gap_head", 2, False, n=64, cin=32, cout=256, size=32, padding=1, bias=True, relu=True, reduce="mean"),
     site("se_pool_store", 2, False, n=32, cin=128, cout=128, size=28, padding=1, bn=True, relu=True, reduce="mean",
          store=True, out_layout="nc"),
@@ -45,6 +45,8 @@ LAYERS = [  # realistic sizes: ResNet-50, MobileNetV2, a UNet decoder, a 1-d and
     site("seg_softmax", 2, False, n=32, cin=32, cout=64, size=64, padding=1, bias=True, reduce="softmax", out_layout="nc"),
     site("seg_log_softmax_t", 2, True, n=16, cin=64, cout=21, size=64, kernel=2, stride=2, bias=True,
          reduce="log_softmax", out_layout="nc"),
+    site("chan_max_pool", 2, False, n=32, cin=16, cout=48, size=96, padding=1, bias=True, reduce="chan_max",
+         out_layout="nc"),
 ]
 CASES = sweep() + random_sites(2026, 16) + LAYERS
 IDS = [c.id for c in CASES]
