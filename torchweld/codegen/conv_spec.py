@@ -288,8 +288,8 @@ def _pick_sm90(spec: ConvSpec, m: int, n: int) -> tuple[int, int, int]:
         # NOTE: a lead, not a measurement: two consumer warpgroups where the grid still fills the machine
         bm = 128 if math.ceil(m / 128) * math.ceil(n / bn) * spec.groups >= spec.sms else 64
     stage = (bm + bn * (2 if spec.precision == "3xtf32" else 1)) * 128
-    extra = red_bytes(spec, bm, bn)  # NOTE: the reduction's value tile lies after the ring (cuh/conv_sm90.cuh)
-    stages = max(s for s in range(2, 7) if s == 2 or s * stage + extra + 1024 <= SMEM_MAX)
+    red = red_bytes(spec, bm, bn)  # NOTE: the reduction's value tile lies over the ring (cuh/conv_sm90.cuh)
+    stages = max(s for s in range(2, 7) if s == 2 or max(s * stage, red) + 1024 <= SMEM_MAX)
     return bm, bn, stages
 
 
