@@ -284,9 +284,9 @@ def _fold_reduce(n: Node, base: OursConv, k, nodes: dict, users: dict, claimed: 
 
 
 def _fold_also(site: OursConv, p, nodes: dict, users: dict, claimed: set) -> OursConv | None:
-    """`site` (a pointwise kernel folded in) with the reduce kernel reading its result folded in too, where
-    that result is also read elsewhere: a sum, mean, amax or amin over every pixel of it, per-channel ops
-    after; the kernel then writes both. None where there is no such kernel."""
+    """`site` (its pointwise kernel folded in, if any) with the reduce kernel reading its result folded in
+    too, where that result is also read elsewhere: a sum, mean, amax or amin over every pixel of it,
+    per-channel ops after; the kernel then writes both. None where there is no such kernel."""
     if site.pool or site.reduce or len(site.kernel.outputs) != 1:
         return None
     v, rank = site.kernel.outputs[0], len(site.kernel.shape)
