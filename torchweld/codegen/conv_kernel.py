@@ -53,10 +53,10 @@ def post(site: OursConv, graph: Graph | None) -> str:
         return "v"
     nodes = graph.by_name()
     members = [m for m in site.kernel.nodes if m != site.kernel.anchor]
-    pool = _split(site, nodes)
-    after = members[members.index(pool) + 1:]
+    split = _split(site, nodes)
+    after = members[members.index(split) + 1:]
     used = {a for m in after for a in nodes[m].inputs()}
-    lines = [f"const float {pool} = v; (void){pool};"]
+    lines = [f"const float {split} = v; (void){split};"]
     lines += [f"const float {x.name} = {_read(x.name, 'chan')};" for x in site.epilogue if x.name in used]
     lines += [compute(nodes[m]) for m in after]
     return f"[&]() -> float {{ {' '.join(lines)} return (float){site.kernel.outputs[-1]}; }}()"
