@@ -62,7 +62,7 @@ TWG_DEV void twc_red_end(const typename S::Ptrs& p, float* tile, int g, int m0, 
   } else {
 #pragma unroll 1
     for (int r = tid; r < BM && m0 + r <= last; r += NT) {
-      const float* row = tile + r * (BN + 1);
+      float* row = tile + r * (BN + 1);
       const twc_pix q = twc_pixel<S>(m0 + r);
       typename S::T* out = p.out + q.n * S::ON + q.d * S::OSD + q.h * S::OSH + q.w * S::OSW;
       if constexpr (S::RED >= 7) {  // one value per pixel: the channels' sum, mean, max or min
@@ -72,11 +72,14 @@ TWG_DEV void twc_red_end(const typename S::Ptrs& p, float* tile, int g, int m0, 
       } else {
         float mx = row[0], sum = 0.0f;
         for (int j = 1; j < S::N; ++j) mx = twg_red<2>(mx, row[j]);
-        for (int j = 0; j < S::N; ++j) sum += expf(row[j] - mx);
-        for (int j = 0; j < S::N; ++j) {
-          const float e = row[j] - mx;
-          out[(long long)j * S::OC] = twg_to<typename S::T>(S::post(p, j, S::RED == 5 ? expf(e) / sum : e - logf(sum)));
+        for (int j = 0; j < S::N; ++j) {  // softmax keeps each exponential in the row (one expf an element)
+          const float e = expf(row[j] - mx);
+          sum += e;
+          if (S::RED == 5) row[j] = e;
         }
+        const float scale = 1.0f / sum, lse = logf(sum);  // NOTE: (x - max) - lse, not x - (max + lse): no cancellation
+        for (int j = 0; j < S::N; ++j)
+          out[(long long)j * S::OC] = twg_to<typename S::T>(S::post(p, j, S::RED == 5 ? row[j] * scale : (row[j] - mx) - lse));
       }
     }
   }
