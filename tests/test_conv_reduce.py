@@ -65,12 +65,13 @@ def test_emulated_reduction_matches_fp64(emu, case, cc, vec):
     ("red_mean_big", 90, "const int slot = m0 / BM - n * HW / BM;", "const int slot = 0;"),  # slots overwritten
     ("sm_softmax2d", 80, "S::post(p, j, S::RED", "S::post(p, 0, S::RED"),  # post ops of the wrong channel
     ("sm_log1d_h16", 90, "sum += e;", "if (j < 8) sum += e;"),  # part of the sum
-    ("ch_max2d", 80, "for (int j = 1; j < S::N; ++j) v = twg_red", "for (int j = 1; j < 32; ++j) v = twg_red"),  # a tile's width
+    ("ch_max2d", 80, "for (int s = 1; s < TPR; s *= 2) v =", "for (int s = 1; s < 1; s *= 2) v ="),  # lanes not combined
+    ("sm_softmax_w90", 90, "for (int s = 1; s < TPR; s *= 2) sum +=", "for (int s = 1; s < 1; s *= 2) sum +="),
 ])
 def test_emulator_is_not_blind(tmp_path, cid, cc, old, new):
     """A reduction dropping a row of each image's segment, one whose row tiles overwrite one slot, a
     softmax applying the first channel's post ops to every channel, one whose sum misses channels, a
-    channel max over the first 32 channels only: each fails."""
+    channel max or a softmax sum whose lanes sharing a row are not combined: each fails."""
     from torchweld.codegen import conv_source
     if GXX is None:
         pytest.skip("g++ not installed")

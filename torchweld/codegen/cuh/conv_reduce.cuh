@@ -60,25 +60,34 @@ TWG_DEV void twc_red_end(const typename S::Ptrs& p, float* tile, int g, int m0, 
       p.ws[((long long)n * twc_slots<S, BM>() + slot) * S::CO + g * S::N + n0 + col] = v;
     }
   } else {
+    // TPR adjacent lanes share a row, each reading and writing only its columns j = part + TPR i, combined by
+    // shuffles (a fixed order); every lane of a warp takes part (a row past the tile's last reads nothing)
+    constexpr int TPR = NT / BM >= 4 ? 4 : NT / BM >= 2 ? 2 : 1, OP = twc_red_op<S>();
 #pragma unroll 1
-    for (int r = tid; r < BM && m0 + r <= last; r += NT) {
-      float* row = tile + r * (BN + 1);
-      const twc_pix q = twc_pixel<S>(m0 + r);
+    for (int r0 = 0; r0 < BM; r0 += NT / TPR) {
+      const int r = r0 + tid / TPR, part = tid % TPR;
+      const bool ok = r < BM && m0 + r <= last;
+      const int jn = ok ? S::N : 0;
+      float* row = tile + (ok ? r : 0) * (BN + 1);
+      const twc_pix q = twc_pixel<S>(ok ? m0 + r : 0);
       typename S::T* out = p.out + q.n * S::ON + q.d * S::OSD + q.h * S::OSH + q.w * S::OSW;
       if constexpr (S::RED >= 7) {  // one value per pixel: the channels' sum, mean, max or min
-        float v = row[0];
-        for (int j = 1; j < S::N; ++j) v = twg_red<twc_red_op<S>()>(v, row[j]);
-        out[0] = twg_to<typename S::T>(S::post(p, 0, S::RED == 8 ? v / (float)S::N : v));
+        float v = twg_red_init<OP>();
+        for (int j = part; j < jn; j += TPR) v = twg_red<OP>(v, row[j]);
+        for (int s = 1; s < TPR; s *= 2) v = twg_red<OP>(v, __shfl_xor_sync(0xffffffffu, v, s));
+        if (ok && part == 0) out[0] = twg_to<typename S::T>(S::post(p, 0, S::RED == 8 ? v / (float)S::N : v));
       } else {
-        float mx = row[0], sum = 0.0f;
-        for (int j = 1; j < S::N; ++j) mx = twg_red<2>(mx, row[j]);
-        for (int j = 0; j < S::N; ++j) {  // softmax keeps each exponential in the row (one expf an element)
+        float mx = twg_red_init<2>(), sum = 0.0f;
+        for (int j = part; j < jn; j += TPR) mx = twg_red<2>(mx, row[j]);
+        for (int s = 1; s < TPR; s *= 2) mx = twg_red<2>(mx, __shfl_xor_sync(0xffffffffu, mx, s));
+        for (int j = part; j < jn; j += TPR) {  // softmax keeps each exponential in the row (one expf an element)
           const float e = expf(row[j] - mx);
           sum += e;
           if (S::RED == 5) row[j] = e;
         }
+        for (int s = 1; s < TPR; s *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
         const float scale = 1.0f / sum, lse = logf(sum);  // NOTE: (x - max) - lse, not x - (max + lse): no cancellation
-        for (int j = 0; j < S::N; ++j)
+        for (int j = part; j < jn; j += TPR)
           out[(long long)j * S::OC] = twg_to<typename S::T>(S::post(p, j, S::RED == 5 ? row[j] * scale : (row[j] - mx) - lse));
       }
     }
