@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from kernel_bench import build_each, median_ms  # noqa: E402
 
-from conv_harness import TOLERANCE, Case, bind, errors, operands, oracle, pooled, site  # noqa: E402
+from conv_harness import TOLERANCE, Case, bind, errors, operands, oracle, pooled, reduced, result, site  # noqa: E402
 from torchweld.codegen.conv_source import conv_source  # noqa: E402
 from torchweld.codegen.conv_spec import plan  # noqa: E402
 
@@ -59,6 +59,16 @@ def _layers() -> list[tuple[str, Case]]:
         ("3d", site("c3d", 3, False, n=8, cin=32, cout=64, size=(16, 56, 56), padding=1, bias=True, relu=True)),
         ("3d", site("t3d", 3, True, n=8, cin=64, cout=32, size=(8, 28, 28), kernel=3, stride=2, padding=1,
                     output_padding=1, bias=True)),
+        # reductions in the epilogue (cuDNN's rows run the reduction in eager PyTorch after the convolution)
+        ("reduce", site("gap_r34", 2, False, n=64, cin=512, cout=512, size=7, padding=1, bn=True, relu=True, reduce="mean")),
+        ("reduce", site("gap_c256", 2, False, n=64, cin=32, cout=256, size=32, padding=1, bias=True, relu=True,
+                        reduce="mean")),
+        ("reduce", site("se_pool", 2, False, n=32, cin=128, cout=128, size=28, padding=1, bn=True, reduce="mean",
+                        store=True, out_layout="nc")),
+        ("reduce", site("seg_softmax", 2, False, n=32, cin=32, cout=64, size=64, padding=1, bias=True, reduce="softmax",
+                        out_layout="nc")),
+        ("reduce", site("chan_max", 2, False, n=32, cin=16, cout=48, size=96, padding=1, bias=True, reduce="chan_max",
+                        out_layout="nc")),
     ]
     out = []
     for cls, c in base:
@@ -90,7 +100,7 @@ def cudnn(case: Case, ops: dict, fmt, tf32: bool):
             acc = torch.convolution(x, w, None, s.stride, s.padding, s.dilation, s.transposed, s.output_padding, s.groups)
         finally:
             torch.backends.cudnn.allow_tf32 = old
-        return pooled(case, case.epi(acc, views), views)
+        return reduced(case, pooled(case, case.epi(acc, views), views), views)
     return run
 
 
@@ -99,7 +109,9 @@ def run_case(cls: str, case: Case, lib, flush: torch.Tensor, reps: int) -> dict:
     s = p.spec
     flops = 2.0 * s.groups * p.m * p.n * p.k
     es = 4 if s.dtype == "float32" else 2
-    nbytes = es * (s.n * s.cin * p.isz[0] * p.isz[1] * p.isz[2] + s.cout * p.k + s.n * s.cout * math.prod(p.psz))
+    pixels = s.reduce in ("sum", "mean", "max", "min")  # NOTE: an (n, c) result; the full output only where stored
+    stored = (s.n * s.cout if pixels else 0) + (0 if pixels and not s.reduce_store else s.n * s.store_channels * math.prod(p.psz))
+    nbytes = es * (s.n * s.cin * p.isz[0] * p.isz[1] * p.isz[2] + s.cout * p.k + stored)
     row = {"class": cls, "id": case.id, "dtype": s.dtype, "precision": s.precision, "how": p.describe(),
            "floor_ms": 1e3 * max(flops / PEAK[s.precision], nbytes / HBM), "checks": {}}
     ok = True
@@ -110,7 +122,7 @@ def run_case(cls: str, case: Case, lib, flush: torch.Tensor, reps: int) -> dict:
         if err:
             raise SystemExit(f"{case.id}: CUDA error {err}")
         want = oracle(case, ops)
-        max_err, rel, unwritten = errors(ops["out"][1], want)
+        max_err, rel, unwritten = errors(ops[result(case)][1], want)
         ok &= unwritten == 0 and rel < TOLERANCE[s.precision]
     row["checks"]["fp64"] = ok
     tf32 = s.precision == "1xtf32"
@@ -118,7 +130,7 @@ def run_case(cls: str, case: Case, lib, flush: torch.Tensor, reps: int) -> dict:
     ways = {"ours": bind(lib, case, ops, 1, torch.cuda.current_stream().cuda_stream),
             "cuDNN NCHW": cudnn(case, ops, torch.contiguous_format, tf32), "cuDNN NHWC": cudnn(case, ops, fmt_cl, tf32)}
     row["ms"] = {k: median_ms(fn, flush, reps) for k, fn in ways.items()}
-    row["rel_err"] = {"ours": errors(ops["out"][1], want)[1]}
+    row["rel_err"] = {"ours": errors(ops[result(case)][1], want)[1]}
     row["rel_err"].update({k: errors(fn(), want)[1] for k, fn in ways.items() if k != "ours"})
     row["tflops"] = {k: flops / v / 1e9 for k, v in row["ms"].items()}
     if s.precision == "3xtf32":

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from torchweld.codegen.conv_spec import TILES, TILES90, ConvInput, ConvSpec, normalise, plan
+from torchweld.codegen.conv_spec import GLOBAL, TILES, TILES90, ConvInput, ConvSpec, normalise, plan
 from torchweld.codegen.conv_source import conv_site, conv_source
 from torchweld.runtime.conv_select import _tw_conv_pack
 
@@ -50,7 +50,7 @@ def operands(case: Case, seed: int = 0, device: str = "cpu") -> dict:
     dt = TORCH_DTYPE[s.dtype]
     xshape = (s.n, s.cin, *s.size)
     oshape = (s.n, s.cout, *s.out_size)
-    sshape = (s.n, s.cout, *s.store_size)
+    sshape = (s.n, s.store_channels, *s.store_size)
     ops = {"x": _strided(xshape, s.x_strides, dt, gen, device)}
     w = torch.randn(s.weight_shape, generator=gen, dtype=torch.float32, device=device).to(dt)
     ops["w"] = w, w
@@ -64,11 +64,23 @@ def operands(case: Case, seed: int = 0, device: str = "cpu") -> dict:
     n_out = 1 + sum((a - 1) * st for a, st in zip(sshape, s.out_strides))
     out = torch.full((n_out,), float("nan"), dtype=dt, device=device)
     ops["out"] = out, out.as_strided(sshape, s.out_strides)
+    if s.reduce in GLOBAL:  # the reduced (n, c) result and the workspace, both NaN
+        red = torch.full((1 + (s.n - 1) * s.red_strides[0] + (s.cout - 1) * s.red_strides[1],), float("nan"), dtype=dt,
+                         device=device)
+        ops["red"] = red, red.as_strided((s.n, s.cout), s.red_strides)
+        ws = torch.full((plan(s).ws,), float("nan"), dtype=torch.float32, device=device)
+        ops["ws"] = ws, ws
     return ops
 
 
-def oracle(case: Case, ops: dict) -> torch.Tensor:
-    """The output in fp64 (n, c, spatial...), from the operands as the kernel sees them."""
+def result(case: Case) -> str:
+    """The operand holding what the site computes: the reduced result of a pixel reduction, else the output."""
+    return "red" if case.spec.reduce in GLOBAL else "out"
+
+
+def oracle(case: Case, ops: dict, full: bool = False) -> torch.Tensor:
+    """The output in fp64 (n, c, spatial...), from the operands as the kernel sees them (a reducing site: its
+    result, or with `full` the values it reduces)."""
     s = normalise(case.spec)
     x, w = ops["x"][1].double(), ops["w"][1].double()
     if s.transposed:
@@ -81,7 +93,27 @@ def oracle(case: Case, ops: dict) -> torch.Tensor:
     for x in s.inputs:
         if x.kind == "chan":
             views[x.name] = views[x.name].view(1, -1, *([1] * s.dims))
-    return pooled(case, case.epi(acc, views) + torch.zeros_like(acc), views)
+    out = pooled(case, case.epi(acc, views) + torch.zeros_like(acc), views)
+    return out if full else reduced(case, out, views)
+
+
+def reduced(case: Case, out: torch.Tensor, views: dict) -> torch.Tensor:
+    """`out` reduced as the spec says (over the pixels: (n, c); over the channels: softmax's shape), then
+    the ops after it (`out` itself where it has no reduction)."""
+    s = normalise(case.spec)
+    if not s.reduce:
+        return out
+    dims = tuple(range(2, out.dim()))
+    if s.reduce in GLOBAL:
+        fn = {"sum": lambda v: v.sum(dims), "mean": lambda v: v.mean(dims), "max": lambda v: v.amax(dims),
+              "min": lambda v: v.amin(dims)}[s.reduce]
+        return case.post(fn(out), {k: v.view(1, -1) if v.dim() == out.dim() and v.shape[0] == 1 and v.numel() == s.cout
+                                    else v for k, v in views.items()})
+    if s.reduce.startswith("chan_"):
+        fn = {"chan_sum": lambda v: v.sum(1, True), "chan_mean": lambda v: v.mean(1, True),
+              "chan_max": lambda v: v.amax(1, True), "chan_min": lambda v: v.amin(1, True)}[s.reduce]
+        return case.post(fn(out), views)
+    return case.post(torch.softmax(out, 1) if s.reduce == "softmax" else torch.log_softmax(out, 1), views)
 
 
 def pooled(case: Case, out: torch.Tensor, views: dict) -> torch.Tensor:
@@ -155,7 +187,8 @@ def site(id: str, dims: int = 2, transposed: bool = False, dtype: str = "float32
          dilation: int | tuple = 1, output_padding: int | tuple = 0, groups: int = 1, bias: bool = False,
          bn: bool = False, residual: bool = False, relu: bool = False, x_layout: str = "cl", out_layout: str = "cl",
          precision: str = "", tile: tuple | None = None, tile90: tuple | None = None, pool: str = "",
-         window: int | tuple = 2, divisor: int = 0, post_scale: bool = False) -> Case:
+         window: int | tuple = 2, divisor: int = 0, post_scale: bool = False, reduce: str = "", store: bool = False,
+         red_layout: str = "nc") -> Case:
     """A Case from torch-like arguments (ints repeat over the dims); layouts "cl" (channels-last) or
     "nc" (contiguous NCHW); the epilogue adds bias, a folded batch norm (scale, shift), a residual of
     the output's shape (contiguous), then a ReLU, in that order, each where asked."""
@@ -194,6 +227,12 @@ def site(id: str, dims: int = 2, transposed: bool = False, dtype: str = "float32
         if post_scale:  # a per-channel scale and a ReLU after the pool
             inputs.append(ConvInput("gain", "chan", (1,)))
             post, post_fn = "fmaxf(v * gain[c], 0.f)", (lambda v, x: (v * x["gain"]).clamp_min(0))
+    if reduce:  # a pixel or channel reduction, then (post_scale) a per-channel scale and a ReLU
+        s = replace(s, reduce=reduce, reduce_store=store, red_strides=(1, n) if red_layout == "cn" else ())
+        if post_scale:
+            inputs.append(ConvInput("gain", "chan", (1,)))
+            post, post_fn = "fmaxf(v * gain[c], 0.f)", (lambda v, x: (v * x["gain"]).clamp_min(0))
+        oshape = (n, s.store_channels, *s.out_size)
     os_ = None if out_layout == "cl" else _row_major(oshape)
     return Case(id, replace(s, inputs=tuple(inputs), epilogue=expr, x_strides=xs, out_strides=os_, post=post), epi, post_fn)
 
@@ -247,6 +286,34 @@ def sweep() -> list:
         site("pool_max_w90", 2, False, n=2, size=(9, 8), cin=64, cout=120, padding=1, pool="max", tile90=(128, 128),
              bias=True, x_layout="nc"),
         site("pool_max_2x2x2", 3, False, size=(4, 4, 5), padding=1, cin=8, cout=16, pool="max", window=2, tile90=(128, 16)),
+    ]
+    cases += [  # reductions in the epilogue: over every pixel of an image (tiles reaching one, two or several
+        # images: odd sizes, tails), stored too or not; softmax over the channels (one tile holds them all)
+        site("red_mean2d", 2, False, n=3, size=(7, 9), padding=1, cin=8, cout=16, bias=True, relu=True, reduce="mean",
+             tile=(128, 64, 32, 32)),
+        site("red_sum1d_groups", 1, False, n=3, size=37, kernel=3, cin=8, cout=12, groups=2, reduce="sum", post_scale=True),
+        site("red_max3d_store", 3, False, size=(3, 4, 5), padding=1, cin=8, cout=16, residual=True, reduce="max",
+             store=True, red_layout="cn", out_layout="nc"),
+        site("red_min_t2_h16", 2, True, "float16", size=5, stride=2, output_padding=1, cin=32, cout=16, bias=True,
+             reduce="min"),
+        site("red_mean_b16_bn", 2, False, "bfloat16", n=6, size=5, padding=1, cin=16, cout=24, bn=True, reduce="mean"),
+        site("red_mean_big", 2, False, n=2, size=(13, 12), padding=1, cin=64, cout=120, bias=True, reduce="mean",
+             tile=(128, 128, 64, 32), tile90=(128, 128), store=True),
+        site("red_sum_w64", 2, False, n=3, size=(9, 7), padding=1, cin=64, cout=40, reduce="sum", tile90=(64, 32),
+             precision="1xtf32"),
+        site("sm_softmax2d", 2, False, n=2, size=(7, 9), padding=1, cin=8, cout=24, bias=True, reduce="softmax",
+             post_scale=True, out_layout="nc"),
+        site("sm_log1d_h16", 1, False, "float16", size=29, kernel=3, cin=24, cout=40, reduce="log_softmax"),
+        site("sm_softmax3d", 3, False, size=(3, 4, 5), padding=1, cin=8, cout=16, residual=True, reduce="softmax"),
+        site("sm_softmax_t2", 2, True, size=5, stride=2, output_padding=1, cin=32, cout=21, reduce="softmax", out_layout="nc"),
+        site("sm_softmax_w90", 2, False, n=2, size=(9, 8), padding=1, cin=64, cout=100, bias=True, reduce="softmax",
+             tile90=(128, 128)),
+        site("ch_max2d", 2, False, n=2, size=(7, 9), padding=1, cin=8, cout=48, bias=True, reduce="chan_max", out_layout="nc"),
+        site("ch_mean1d_h16", 1, False, "float16", size=29, kernel=3, cin=16, cout=24, relu=True, reduce="chan_mean"),
+        site("ch_sum3d", 3, False, size=(3, 4, 5), padding=1, cin=8, cout=16, residual=True, reduce="chan_sum",
+             out_layout="nc"),
+        site("ch_min_t2_w90", 2, True, size=5, stride=2, output_padding=1, cin=64, cout=120, reduce="chan_min",
+             tile90=(128, 128)),
     ]
     cases += [site(f"tile_{bm}x{bn}", 2, False, n=3, size=7, cin=16, cout=bn + 8, padding=1, tile=(bm, bn, wm, wn),
                    bias=True) for bm, bn, wm, wn in TILES]

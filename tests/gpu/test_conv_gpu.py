@@ -16,7 +16,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conv_harness import TOLERANCE, bind, errors, operands, oracle, pooled, random_sites, site, sweep  # noqa: E402
+from conv_harness import TOLERANCE, bind, errors, operands, oracle, pooled, random_sites, result, site, sweep  # noqa: E402
 from torchweld.codegen.conv_source import conv_source  # noqa: E402
 from torchweld.codegen.conv_spec import plan  # noqa: E402
 
@@ -36,6 +36,17 @@ LAYERS = [  # realistic sizes: ResNet-50, MobileNetV2, a UNet decoder, a 1-d and
     site("vgg_pool", 2, False, n=16, cin=64, cout=128, size=112, padding=1, bias=True, relu=True, pool="max"),
     site("c3d", 3, False, n=4, cin=32, cout=64, size=(8, 28, 28), kernel=3, padding=1, bias=True, relu=True),
     site("t3d_seed", 3, True, n=4, cin=32, cout=16, size=(8, 16, 16), kernel=3, stride=2, padding=1, output_padding=1),
+    # reductions in the epilogue: a classifier head's global average pool (full output never written), a
+    # squeeze-excite's pool beside the stored output, a segmentation head's channel softmax, a channel max pool
+    site("gap_head", 2, False, n=64, cin=32, cout=256, size=32, padding=1, bias=True, relu=True, reduce="mean"),
+    site("se_pool_store", 2, False, n=32, cin=128, cout=128, size=28, padding=1, bn=True, relu=True, reduce="mean",
+         store=True, out_layout="nc"),
+    site("gmax_h16", 2, False, "float16", n=32, cin=256, cout=256, size=14, kernel=1, reduce="max"),
+    site("seg_softmax", 2, False, n=32, cin=32, cout=64, size=64, padding=1, bias=True, reduce="softmax", out_layout="nc"),
+    site("seg_log_softmax_t", 2, True, n=16, cin=64, cout=21, size=64, kernel=2, stride=2, bias=True,
+         reduce="log_softmax", out_layout="nc"),
+    site("chan_max_pool", 2, False, n=32, cin=16, cout=48, size=96, padding=1, bias=True, reduce="chan_max",
+         out_layout="nc"),
 ]
 CASES = sweep() + random_sites(2026, 16) + LAYERS
 IDS = [c.id for c in CASES]
@@ -83,13 +94,16 @@ def test_conv_matches_fp64(libs, case, vec):
         ops = operands(case, seed=seed + 10 * vec, device="cuda")
         assert bind(lib, case, ops, vec, _stream())() == 0
         torch.cuda.synchronize()
-        ref = oracle(case, ops)
-        got, view = ops["out"]
-        max_err, rel, unwritten = errors(view, ref)
-        assert unwritten == 0 and rel < TOLERANCE[p.spec.precision], (max_err, rel, unwritten)
-        outside = torch.ones_like(got, dtype=torch.bool)
-        outside.as_strided(view.shape, view.stride()).fill_(False)
-        assert got[outside].isnan().all(), "written outside the output view"
+        # NOTE: a pixel reduction's result is "red"; its full output "out" is written only where stored
+        for key in [result(case)] + (["out"] if case.spec.reduce_store else []):
+            got, view = ops[key]
+            max_err, rel, unwritten = errors(view, oracle(case, ops, full=key != result(case)))
+            assert unwritten == 0 and rel < TOLERANCE[p.spec.precision], (key, max_err, rel, unwritten)
+            outside = torch.ones_like(got, dtype=torch.bool)
+            outside.as_strided(view.shape, view.stride()).fill_(False)
+            assert got[outside].isnan().all(), f"written outside the {key} view"
+        if result(case) == "red" and not case.spec.reduce_store:
+            assert ops["out"][0].isnan().all(), "the full output was stored"
 
 
 @pytest.mark.parametrize("cid", ["r50_3x3", "r50_down", "unet_up_t", "tcn_1d", "c3d", "t3d_seed", "vgg_pool"])
@@ -126,3 +140,17 @@ def test_kernels_do_not_touch_other_streams_or_inputs(libs):
     s.synchronize()
     assert all(torch.equal(before[k], ops[k][0]) for k in before)
     assert errors(ops["out"][1], oracle(case, ops))[1] < TOLERANCE["native"]
+
+
+@pytest.mark.parametrize("cid", ["gap_head", "se_pool_store", "gmax_h16", "red_mean_big", "red_sum1d_groups"])
+def test_pixel_reductions_are_deterministic(libs, cid):
+    """The same inputs give bit-identical reductions run after run (per-tile partials, no atomics)."""
+    case = next(c for c in CASES if c.id == cid)
+    ops = operands(case, seed=3, device="cuda")
+    runs = []
+    for _ in range(3):
+        ops["red"][0].fill_(float("nan"))
+        assert bind(libs[cid], case, ops, 1, _stream())() == 0
+        torch.cuda.synchronize()
+        runs.append(ops["red"][0].clone())
+    assert all(torch.equal(runs[0], r) for r in runs[1:]) and not runs[0].isnan().all()

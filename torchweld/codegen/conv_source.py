@@ -13,11 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conv_spec import ConvPlan, ConvSpec, plan
+from .conv_spec import GLOBAL, ConvPlan, ConvSpec, plan
 from .gemm import DTYPES
 from .gemm_source import gemm_prelude
 
 CUH = Path(__file__).parent / "cuh"
+REDS = {"": 0, "sum": 1, "mean": 2, "max": 3, "min": 4, "softmax": 5, "log_softmax": 6, "chan_sum": 7, "chan_mean": 8,
+        "chan_max": 9, "chan_min": 10}  # S::RED (cuh/conv_reduce.cuh)
+WRITTEN = ("out", "ws", "red")  # the launcher's pointers it writes
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ def wgmma_uses(plans: list[ConvPlan]) -> frozenset:
 def conv_prelude(plans: list[ConvPlan], emu: bool = False) -> str:
     """The GEMM prelude with these sites' wgmma wrappers (skipped where the file has it already: the
     GEMM's prelude then carries them, registry.py), and the convolution main loops, once per file."""
-    body = (CUH / "conv_sm80.cuh").read_text() + (CUH / "conv_sm90.cuh").read_text()
+    body = "".join((CUH / f).read_text() for f in ("conv_sm80.cuh", "conv_reduce.cuh", "conv_sm90.cuh"))
     return (gemm_prelude([], emu, wgmma_uses(plans))
             + f"#ifndef TWC_PRELUDE\n#define TWC_PRELUDE\n{body}#endif  // TWC_PRELUDE\n")
 
@@ -52,6 +55,7 @@ def _struct(p: ConvPlan, sname: str) -> str:
     t = DTYPES[s.dtype][0]
     ptrs = [f"const {t}* x;", f"const {t}* w;", f"{t}* out;"]
     ptrs += [f"const {DTYPES[x.dtype][0]}* {x.name};" for x in s.inputs]
+    ptrs += ["float* ws;", f"{t}* red;"] if s.reduce in GLOBAL else []
     views = []
     for x in s.inputs:
         xt = DTYPES[x.dtype][0]
@@ -84,6 +88,9 @@ struct {sname} {{
   static constexpr int PD_ = {p.psz[0]}, PH_ = {p.psz[1]}, PW_ = {p.psz[2]};
   static constexpr float DIV = {float(s.pool_divisor or p.win[0] * p.win[1] * p.win[2])!r}f;
   static constexpr int PREC = {p.prec}, FOLD = {int(p.prec == 3)};
+  static constexpr int RED = {REDS[s.reduce]}, CO = {s.cout};
+  static constexpr bool STORE = {str(s.reduce_store).lower()};
+  static constexpr long long RN = {s.red_strides[0]}LL, RC = {s.red_strides[1]}LL;
   struct Ptrs {{ {" ".join(ptrs)} }};
   TWG_DEV static float value(const Ptrs& p, const twc_pix& q, int c, float acc) {{
     (void)p; (void)q; (void)c;
@@ -107,13 +114,18 @@ def _launcher(p: ConvPlan, sname: str, args: tuple[str, ...]) -> str:
     smem = st * (bm + bn) * 128 + 1024
     threads = (bm // wm) * (bn // wn) * 32
     grid = f"dim3({-(-p.m // bm) * -(-p.n // bn)}u, {s.groups}u)"
-    params = ", ".join([f"const void* {a}" for a in args if a != "out"] + ["void* out"])
-    init = ", ".join([f"(const {t}*)x", f"(const {t}*)w", f"({t}*)out"]
-                     + [f"(const {DTYPES[x.dtype][0]}*){x.name}" for x in s.inputs])
+    params = ", ".join(f"{'void' if a in WRITTEN else 'const void'}* {a}" for a in args)
+    out = f"({t}*)out" if "out" in args else "nullptr"
+    init = ", ".join([f"(const {t}*)x", f"(const {t}*)w", out] + [f"(const {DTYPES[x.dtype][0]}*){x.name}" for x in s.inputs]
+                     + (["(float*)ws", f"({t}*)red"] if s.reduce in GLOBAL else []))
     # NOTE: a site whose input cannot be gathered in 16-byte chunks has no vector build at all
     vec = "true" if p.vec else "false"
     vec_launch = (f"  if (vec) {{ auto k = {k80.format('true')}; TWG_LAUNCH(k, {grid}, dim3({threads}u), {smem}u, st, ptrs); }}\n"
                   "  else ") if p.vec else ""
+    # NOTE: a pixel reduction's final kernel reads the workspace slots of the row tiles the main kernel ran
+    final = (lambda rows: f"  {{ auto kf = twc_red_final<{sname}, {rows}>; "
+             f"TWG_LAUNCH(kf, dim3({-(-s.n * s.cout // 256)}u), dim3(256u), 0u, st, ptrs); }}\n") if s.reduce in GLOBAL \
+        else (lambda rows: "")
     if p.sm90:
         bm9, bn9, st9 = p.sm90
         k90 = f"twc_sm90<{sname}, {bm9}, {bn9}, {st9}>"
@@ -121,7 +133,7 @@ def _launcher(p: ConvPlan, sname: str, args: tuple[str, ...]) -> str:
         grid90 = f"dim3({-(-p.m // bm9) * -(-p.n // bn9)}u, {s.groups}u)"
         k90_ptr, smem90 = f"(const void*){k90}", f"{d90}::SMEM"
         launch90 = (f"  if (path == 90 && vec) {{\n    using D9 = {d90};\n    auto k = {k90};\n"
-                    f"    TWG_LAUNCH(k, {grid90}, dim3(D9::THREADS), D9::SMEM, st, ptrs);\n"
+                    f"    TWG_LAUNCH(k, {grid90}, dim3(D9::THREADS), D9::SMEM, st, ptrs);\n{final(bm9)}"
                     "    return (int)cudaGetLastError();\n  }\n")
     else:
         k90_ptr, smem90, launch90 = "nullptr", "0", ""
@@ -137,7 +149,7 @@ extern "C" int tw_launch_{name}({params}, int vec, void* stream) {{
   const int path = twc_path_{name}();
   if (path < 80) return (int)cudaErrorNotSupported;
 {launch90}{vec_launch}  {{ auto k = {k80.format('false')}; TWG_LAUNCH(k, {grid}, dim3({threads}u), {smem}u, st, ptrs); }}
-  return (int)cudaGetLastError();
+{final(bm)}  return (int)cudaGetLastError();
 }}
 """
 
@@ -146,7 +158,9 @@ def conv_site(spec: ConvSpec | ConvPlan) -> ConvSite:
     """The site's struct and launcher (the file needs conv_prelude before it)."""
     p = spec if isinstance(spec, ConvPlan) else plan(spec)
     s = p.spec
-    args = ("x", "w") + tuple(x.name for x in s.inputs) + ("out",)
+    glob = s.reduce in GLOBAL
+    args = ("x", "w") + tuple(x.name for x in s.inputs) + (("out",) if s.reduce_store or not glob else ()) \
+        + (("ws", "red") if glob else ())
     sname = f"twc_site_{s.name}"
     head = (f"\n// convolution site {s.name}: {s.n} x {s.cin} x {'x'.join(map(str, s.size))} -> {s.cout} channels, "
             f"kernel {'x'.join(map(str, s.kernel))}, stride {s.stride}, padding {s.padding}, dilation {s.dilation}"

@@ -20,6 +20,8 @@ from torchweld.codegen.gemm import DTYPES, PRECISIONS, SMEM_MAX
 # NOTE: names the epilogue expression sees besides its inputs (conv_source.py binds them).
 RESERVED = {"acc", "q", "c", "p"}
 KINDS = ("chan", "full")
+GLOBAL = ("sum", "mean", "max", "min")  # reductions over every output pixel of a channel
+CHANNEL = ("softmax", "log_softmax", "chan_sum", "chan_mean", "chan_max", "chan_min")  # over the channels of a pixel
 # (BM, BN, WM, WN): the mma.sync tiles; BN follows the group's output channels.
 TILES90 = (16, 32, 64, 128)  # wgmma N of the Hopper loop (BM: 64 or 128, one or two consumer warpgroups)
 TILES = ((128, 128, 64, 32), (128, 64, 32, 32), (64, 64, 32, 32), (128, 32, 32, 32), (64, 32, 32, 16))
@@ -68,6 +70,14 @@ class ConvSpec:
     pool_window: tuple[int, ...] = ()
     pool_divisor: int = 0  # avg: 0 divides by the window's size
     post: str = "v"
+    # A reduction of the epilogue's values: over every output pixel of each (n, c) ("sum", "mean", "max", "min":
+    # per-tile partials to a workspace, then a small kernel; `post` runs on the result, written at `red_strides`
+    # over (n, c); the full output too where `reduce_store`), or over the channels of each pixel ("softmax",
+    # "log_softmax": one tile holds every channel; `post` runs on each value, written at `out_strides`; or "chan_sum",
+    # "chan_mean", "chan_max", "chan_min": one value per pixel, `post` on it, written at `out_strides` over (n, 1, ...)).
+    reduce: str = ""
+    reduce_store: bool = False
+    red_strides: tuple[int, ...] = ()
     sms: int = 132
 
     @property
@@ -82,6 +92,11 @@ class ConvSpec:
     def store_size(self) -> tuple[int, ...]:
         """The spatial size of what the kernel stores: the output's, or the pooled output's."""
         return _store(normalise(self))
+
+    @property
+    def store_channels(self) -> int:
+        """The channels of what the kernel stores: one where it reduces over them ("chan_*")."""
+        return 1 if self.reduce.startswith("chan_") else self.cout
 
     @property
     def weight_shape(self) -> tuple[int, ...]:
@@ -111,8 +126,8 @@ def normalise(spec: ConvSpec) -> ConvSpec:
                 dilation=tuple(spec.dilation) or one, output_padding=tuple(spec.output_padding) or zero,
                 kernel=tuple(spec.kernel), size=tuple(spec.size), precision=prec)
     xs = s.x_strides or channels_last((s.n, s.cin, *s.size))
-    os_ = s.out_strides or channels_last((s.n, s.cout, *_store(s)))
-    return replace(s, x_strides=tuple(xs), out_strides=tuple(os_))
+    os_ = s.out_strides or channels_last((s.n, s.store_channels, *_store(s)))
+    return replace(s, x_strides=tuple(xs), out_strides=tuple(os_), red_strides=tuple(s.red_strides) or (s.cout, 1))
 
 
 def _store(s: ConvSpec) -> tuple[int, ...]:
@@ -152,6 +167,15 @@ class ConvPlan:
     psz: tuple[int, int, int] = (1, 1, 1)  # the stored (pooled) sizes
 
     @property
+    def ws(self) -> int:
+        """Floats of a global reduction's workspace: per image, a partial per channel for each row tile
+        reaching it, at the smaller tile height of the two loops (cuh/conv_reduce.cuh's twc_slots)."""
+        if self.spec.reduce not in GLOBAL:
+            return 0
+        hw, bm = math.prod(self.osz), min([self.sm80[0]] + ([self.sm90[0]] if self.sm90 else []))
+        return self.spec.n * ((hw + bm - 1) // bm + 1) * self.spec.cout
+
+    @property
     def prec(self) -> int:
         return {"3xtf32": 3, "1xtf32": 1, "native": 0}[self.spec.precision]
 
@@ -164,7 +188,16 @@ class ConvPlan:
         return (f"{s.precision} {kind}{s.dims}d implicit GEMM {s.groups} x ({self.m} x {self.k}) @ ({self.k} x {self.n}), "
                 f"{h}mma.sync {bm}x{bn}x{bk} (warps {wm}x{wn}), {stg} cp.async stages, "
                 f"{'16-byte' if self.vec else 'element'} gather" + (", phase-ordered rows (taps reading zero skipped)"
-                                                                       if self.phased else ""))
+                                                                       if self.phased else "") + _red_how(s))
+
+
+def _red_how(s: ConvSpec) -> str:
+    if s.reduce in CHANNEL:
+        return f", {s.reduce.removeprefix('chan_')} over the channels in the epilogue"
+    if s.reduce:
+        return f", {s.reduce} over the pixels in the epilogue (per-tile partials, then a final kernel)" + (
+            ", full output stored too" if s.reduce_store else ", full output never stored")
+    return ""
 
 
 def _pad3(t: tuple, fill: int) -> tuple:
@@ -204,9 +237,16 @@ def unsupported(spec: ConvSpec) -> str | None:
     if s.pool and (s.pool not in ("max", "avg") or len(s.pool_window) != s.dims or math.prod(s.pool_window) not in (2, 4, 8)
                    or min(s.store_size) < 1 or s.pool_divisor < 0):
         return f"pool {s.pool} {s.pool_window}"
-    for x in s.inputs if s.pool else ():
+    if s.reduce and (s.reduce not in GLOBAL + CHANNEL or s.pool or len(s.red_strides) != 2
+                     or (s.reduce_store and s.reduce in CHANNEL)):
+        return f"reduction {s.reduce}"
+    if s.reduce in CHANNEL and (s.groups != 1 or s.cout > max(TILES90)):
+        return f"{s.reduce} over more channels than one tile holds ({s.cout} in {s.groups} groups)"
+    if s.reduce in CHANNEL and any(t and t[1] < s.cout for t in (spec.sm80_tile, spec.sm90_tile)):
+        return f"a tile narrower than the {s.cout} channels of the {s.reduce}"
+    for x in s.inputs if s.pool or s.reduce else ():
         if x.kind != "chan" and x.name in s.post:
-            return f"a full operand {x.name} after the pool"
+            return f"a full operand {x.name} after the {'pool' if s.pool else 'reduction'}"
     if spec.sm80_tile and tuple(spec.sm80_tile) not in TILES:
         return f"mma.sync tile {spec.sm80_tile}"
     if spec.sm90_tile and (spec.sm90_tile[0] not in (64, 128) or spec.sm90_tile[1] not in TILES90):
@@ -217,12 +257,19 @@ def unsupported(spec: ConvSpec) -> str | None:
     return None
 
 
+def red_bytes(spec: ConvSpec, bm: int, bn: int) -> int:
+    """Shared memory of a reducing site's value tile (rows of BN + 1 floats, cuh/conv_reduce.cuh)."""
+    return bm * (bn + 1) * 4 if spec.reduce else 0
+
+
 def _pick_sm80(spec: ConvSpec, m: int, n: int) -> tuple[int, int, int, int, int]:
     if spec.sm80_tile:
         bm, bn, wm, wn = spec.sm80_tile
         return bm, bn, wm, wn, 3 if bm + bn > 128 else 4
     best = None
     for bm, bn, wm, wn in TILES:
+        if spec.reduce in CHANNEL and bn < n:
+            continue  # NOTE: the softmax's tile holds every channel
         blocks = math.ceil(m / bm) * math.ceil(n / bn) * spec.groups
         # NOTE: a lead, not a measurement: bigger tiles reuse each load more (eff); time ~ waves x tile work
         eff = {128: 1.0, 64: 0.8, 32: 0.6}[bn] * (1.0 if bm == 128 else 0.85)
@@ -241,7 +288,8 @@ def _pick_sm90(spec: ConvSpec, m: int, n: int) -> tuple[int, int, int]:
         # NOTE: a lead, not a measurement: two consumer warpgroups where the grid still fills the machine
         bm = 128 if math.ceil(m / 128) * math.ceil(n / bn) * spec.groups >= spec.sms else 64
     stage = (bm + bn * (2 if spec.precision == "3xtf32" else 1)) * 128
-    stages = max(s for s in range(2, 7) if s == 2 or s * stage + 1024 <= SMEM_MAX)
+    red = red_bytes(spec, bm, bn)  # NOTE: the reduction's value tile lies over the ring (cuh/conv_sm90.cuh)
+    stages = max(s for s in range(2, 7) if s == 2 or max(s * stage, red) + 1024 <= SMEM_MAX)
     return bm, bn, stages
 
 
@@ -275,5 +323,6 @@ def _phased(s: ConvSpec, cig: int) -> bool:
     """Rows by phase pay where a transposed convolution's stride leaves most taps reading zero; the k-tile
     skip needs every output size a multiple of its stride and each tap's channels whole k-tiles."""
     bk = 128 // DTYPES[s.dtype][1]
-    return s.transposed and not s.pool and max(s.stride) > 1 and all(o % st == 0 for o, st in zip(s.out_size, s.stride)) \
+    return s.transposed and not (s.pool or s.reduce) and max(s.stride) > 1 \
+        and all(o % st == 0 for o, st in zip(s.out_size, s.stride)) \
         and cig % bk == 0

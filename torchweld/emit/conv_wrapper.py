@@ -31,9 +31,11 @@ def conv_wrappers(k: Kernel, plan: Plan) -> str:
     params = ", ".join(names.values())
     conv = nodes[k.anchor]
     code = built(site, plan.graph)
-    ptr_of = dict(zip(code.args, ["_x", "_w"] + [names[a] for a in operands(site)[2:]] + ["_out"]))
+    folds = " and ".join(x for x in (site.folded, site.also) if x)
+    ptr_of = {"x": "_x", "w": "_w", **dict(zip(code.args[2:], [names[a] for a in operands(site)[2:]])),
+              "out": "_out", "ws": "_ws", "red": "_red" if site.also else "_out"}  # NOTE: a pixel reduction's result
     lines = [f"def _{k.name}_ours(module, {params}):",
-             f'    """{k.name}: our convolution {k.anchor}{" with " + site.folded + " folded in" if site.folded else ""};'
+             f'    """{k.name}: our convolution {k.anchor}{" with " + folds + " folded in" if folds else ""};'
              ' None where this device has no path."""',
              f"    if not _LIB.tw_conv_path_{k.name}():", "        return None",
              f"    _x = _tw_channels_last({names[site.x]})  # NOTE: the kernel gathers channels-last input",
@@ -43,11 +45,18 @@ def conv_wrappers(k: Kernel, plan: Plan) -> str:
         lines.append(f"    {names[a]} = _tw_layout({names[a]}, {tuple(n.shape)!r}, {tuple(n.stride)!r})")
     ptrs = [ptr_of[a] for a in code.args]
     aligned = " and ".join(f"{p}.data_ptr() % 16 == 0" for p in ("_x", "_w"))
-    lines += [f"    _out = torch.empty({tuple(site.out_shape)!r}, dtype=torch.{site.dtype}, device=_x.device)",
-              f"    _vec = int({aligned})  # cp.async needs 16-byte aligned pointers; 0: the element gather",
+    full = tuple(k.shape) if site.also else tuple(site.out_shape)  # NOTE: `also`: the full output, then the reduced one
+    lines += [f"    _out = torch.empty({full!r}, dtype=torch.{site.dtype}, device=_x.device)"]
+    if site.also:
+        lines += [f"    _red = torch.empty({tuple(site.out_shape)!r}, dtype=torch.{site.dtype}, device=_x.device)"]
+    if "ws" in code.args:
+        lines += [f"    _ws = torch.empty(({code.plan.ws},), dtype=torch.float32, device=_x.device)"
+                  "  # per-tile partials of the reduction"]
+    lines += [f"    _vec = int({aligned})  # cp.async needs 16-byte aligned pointers; 0: the element gather",
               f"    _err = _LIB.tw_launch_{k.name}({', '.join(f'{p}.data_ptr()' for p in ptrs)}, _vec, "
               f"_tw_stream(_x.get_device()))",
-              "    if _err:", f"        _tw_fail({k.name!r}, _err)", "    return _out,", "", ""]
+              "    if _err:", f"        _tw_fail({k.name!r}, _err)", "    return _out, _red" if site.also else "    return _out,",
+              "", ""]
     rest = ", ".join(expr(a, nodes) for a in conv.args[2:])
     lines += [f"def _{k.name}_library(module, fmt, {params}):",
               f'    """{k.name} cuDNN\'s way, input and weight in memory format `fmt` (None: as given), then the folded ops."""']
@@ -59,6 +68,6 @@ def conv_wrappers(k: Kernel, plan: Plan) -> str:
     for m in k.nodes[1:]:
         n = nodes[m]
         lines.append(f"    {aten_line(n, nodes)}" if n.op == "aten" else f"    {m} = {torch_expr(n, [expr(a, nodes) for a in n.args])}")
-    out = expr(Ref(k.outputs[0]), nodes)
-    lines.append(f"    return ({out} if fmt is None else {out}.contiguous()),")
+    outs = [expr(Ref(o), nodes) for o in k.outputs]
+    lines.append(f"    return {' '.join(f'({o} if fmt is None else {o}.contiguous()),' for o in outs)}")
     return "\n".join(lines)

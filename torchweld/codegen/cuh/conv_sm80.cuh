@@ -170,9 +170,16 @@ template <class S> TWG_DEV void twc_out(const typename S::Ptrs& p, int g, int m,
   }
 }
 
+// A reducing site's epilogue (cuh/conv_reduce.cuh, after this file).
+template <class S, int BN> TWG_DEV void twc_red_put(float* tile, int m0, int n0, int m, int j, float acc);
+template <class S, int BM, int BN, int NT>
+TWG_DEV void twc_red_end(const typename S::Ptrs& p, float* tile, int g, int m0, int n0, int tid);
+
 // Block: (BM / WM) x (BN / WN) warps over a BM x BN tile of one group's GEMM. Grid: (tiles, groups).
+// NOTE: a reducing site asks for one block per SM at least (minBlocks 1): left to itself ptxas capped some of
+// them at 128 registers and spilled a few bytes; minBlocks 0 (every other site) builds what no bound builds.
 template <class S, int BM, int BN, int WM, int WN, int STAGES, bool VEC>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) twc_sm80(const typename S::Ptrs p) {
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, S::RED ? 1 : 0) twc_sm80(const typename S::Ptrs p) {
 #if defined(TWG_SM80)
   using T = typename S::T;
   constexpr int ES = sizeof(T), BK = 128 / ES, NT = (BM / WM) * (BN / WN) * 32;
@@ -220,13 +227,29 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) twc_sm80(const typ
 #pragma unroll 1  // NOTE: as in gemm_sm80.cuh: unrolled, the compiler hoists every step's fragment loads and spills
     for (int kk = 0; kk < BK; kk += KSTEP) twg_sm80_kstep<S, WM, WN, BK>(acc, sa, sa + A_BYTES, wm0, wn0, kk, gq, t);
   }
+  if constexpr (S::RED != 0) {  // the tile's values to shared memory (over the ring), then the reduction
+    static_assert(BM * (BN + 1) * 4 <= STAGES * STAGE, "the reduction's value tile must fit in the ring");
+    float* tile = reinterpret_cast<float*>(smem);
+    twg_cp_wait<0>();
+    __syncthreads();  // every warp's last k-steps have read the ring
 #pragma unroll
-  for (int i = 0; i < MF; ++i)
+    for (int i = 0; i < MF; ++i)
 #pragma unroll
-    for (int j = 0; j < NF; ++j)
+      for (int j = 0; j < NF; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        twc_out<S>(p, g, m0 + wm0 + 16 * i + gq + 8 * (q / 2), n0 + wn0 + 8 * j + 2 * t + q % 2, acc[i][j][q]);
+        for (int q = 0; q < 4; ++q)
+          twc_red_put<S, BN>(tile, m0, n0, m0 + wm0 + 16 * i + gq + 8 * (q / 2), n0 + wn0 + 8 * j + 2 * t + q % 2, acc[i][j][q]);
+    __syncthreads();
+    twc_red_end<S, BM, BN, NT>(p, tile, g, m0, n0, tid);
+  } else {
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+      for (int j = 0; j < NF; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          twc_out<S>(p, g, m0 + wm0 + 16 * i + gq + 8 * (q / 2), n0 + wn0 + 8 * j + 2 * t + q % 2, acc[i][j][q]);
+  }
 #endif
 }
 #endif  // TWC_SM80_CUH

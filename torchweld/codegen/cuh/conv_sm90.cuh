@@ -16,7 +16,8 @@ template <class S, int BM, int BN, int STAGES> struct twc_sm90_cfg {
   using C = twg_sm90_cfg<S, BM, BN, STAGES>;  // BK, KS, A_REGS, FOLD, PIPE as the GEMM's
   static constexpr int LO_BYTES = S::PREC == 3 ? BN * 128 : 0;
   static constexpr int STAGE = BM * 128 + BN * 128 + LO_BYTES, A_BYTES = BM * 128, B_BYTES = BN * 128;
-  static constexpr int SMEM = STAGES * STAGE + 1024;
+  static constexpr int RED_BYTES = S::RED ? BM * (BN + 1) * 4 : 0;  // a reducing site's value tile, over the ring
+  static constexpr int SMEM = (STAGES * STAGE > RED_BYTES ? STAGES * STAGE : RED_BYTES) + 1024;
   static constexpr int LAG = STAGES > 3 ? 2 : 1;  // cp.async groups the producer keeps in flight
   static constexpr int THREADS = 128 * (BM / 64 + 1);
   static_assert(LAG < STAGES, "the producer must arrive on a stage before it waits for that stage again");
@@ -127,9 +128,16 @@ TWG_DEV void twc_sm90_consume(const typename S::Ptrs& p, unsigned char* smem, ui
     twg_sm90_release<false>(empty, nullptr, KT - 1, STAGES, lane);
   }
   // Accumulator i: row r0 + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2 (gemm_sm90.cuh's twg_sm90_out).
+  // NOTE: a reducing site's tile lies over the ring: every consumer's wgmmas have read it once all pass this
+  // barrier (the producer's copies all landed before the last `full` completed)
+  if constexpr (S::RED != 0) twg_bar_sync(1, 128 * (BM / 64));
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i)
-    twc_out<S>(p, g, m0 + r0 + 8 * ((i / 2) % 2), n0 + 8 * (i / 4) + 2 * t + i % 2, C::FOLD ? sum[C::FOLD ? i : 0] : acc[i]);
+  for (int i = 0; i < BN / 2; ++i) {
+    const int m = m0 + r0 + 8 * ((i / 2) % 2), j = n0 + 8 * (i / 4) + 2 * t + i % 2;
+    const float v = C::FOLD ? sum[C::FOLD ? i : 0] : acc[i];
+    if constexpr (S::RED != 0) twc_red_put<S, BN>(reinterpret_cast<float*>(smem), m0, n0, m, j, v);
+    else twc_out<S>(p, g, m, j, v);
+  }
 }
 
 template <class S, int BM, int BN, int STAGES>
@@ -161,6 +169,10 @@ __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) twc_sm90(const typenam
   } else {
     if constexpr (BM > 64) twg_setmaxnreg_inc<208>();
     twc_sm90_consume<S, BM, BN, STAGES>(p, smem, full, empty, wg - 1, warp, lane, g, tm * BM, tn * BN, kt.total);
+  }
+  if constexpr (S::RED != 0) {  // the consumers' values are in the tile: every thread reduces
+    __syncthreads();
+    twc_red_end<S, BM, BN, D::THREADS>(p, reinterpret_cast<float*>(smem), g, tm * BM, tn * BN, threadIdx.x);
   }
 #endif
 }
