@@ -115,15 +115,18 @@ def _reduce_wrapper(k: Kernel, graph, into: dict[str, str]) -> str:
               for o in k.outputs]
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{k.inputs[0]}.device")
-    lines += allocs
+    carrier = _carrier(k, nodes)
+    lines += _batched(allocs, k, nodes, carrier)
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
+    ptrs += [f"a_{carrier}.shape[0]"] * bool(k.batch)  # NOTE: a runtime batch's size follows the pointers
     if k.kind == "depthwise":
         lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}")
         lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
         return "\n".join(lines)
     launch = reduce_launch(k, graph)
     if launch.workspace:  # NOTE: per call, so that calls on two streams never share partial results
-        lines.append(f"    ws = torch.empty({launch.workspace}, dtype=torch.float32, device=a_{k.inputs[0]}.device)")
+        size = f"a_{carrier}.shape[0] * {launch.workspace // k.batch}" if k.batch else f"{launch.workspace}"
+        lines.append(f"    ws = torch.empty({size}, dtype=torch.float32, device=a_{k.inputs[0]}.device)")
         ptrs.append("ws.data_ptr()")
     vec = "0"
     if launch.vec > 1:
@@ -155,8 +158,10 @@ def _pool_wrapper(k: Kernel, graph, cl_strides: dict[str, tuple]) -> str:
                       f"    out_{o} = torch.empty_strided({shape!r}, {stride!r}, dtype=torch.{nodes[o].dtype}, device=dev)")
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{k.inputs[0]}.device")
-    lines += allocs
+    carrier = _carrier(k, nodes)
+    lines += _batched(allocs, k, nodes, carrier)
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
+    ptrs += [f"a_{carrier}.shape[0]"] * bool(k.batch)
     lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}", "0" if cl_strides else None)
     lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
     return "\n".join(lines)
@@ -205,6 +210,26 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
     ret = ", ".join(f"out_{o}" for o, _ in outs)
     lines.append(f"    return {ret}{',' if len(outs) == 1 else ''}")
     return "\n".join(lines)
+
+
+def _carrier(k: Kernel, nodes: dict) -> str | None:
+    """The operand a runtime batch is read from (dim 0 of every batched operand: plan/batch.py)."""
+    return next((a for a in k.inputs if nodes[a].shape[:1] == (k.batch,)), None) if k.batch else None
+
+
+def _batched(allocs: list[str], k: Kernel, nodes: dict, carrier: str | None) -> list[str]:
+    """Allocation lines, each output whose dim 0 is a runtime batch made at the carrier's."""
+    if not k.batch:
+        return allocs
+    out = []
+    for o, line in zip(k.outputs, allocs):
+        shape = tuple(nodes[o].shape)
+        if shape[:1] == (k.batch,):
+            line = line.replace(f"torch.empty({shape!r}", f"torch.empty((a_{carrier}.shape[0], *{shape[1:]!r})")
+            line = line.replace(f"torch.empty_strided({shape!r}",
+                                f"torch.empty_strided((a_{carrier}.shape[0], *{shape[1:]!r})")
+        out.append(line)
+    return out
 
 
 def _over(k: Kernel) -> str:
