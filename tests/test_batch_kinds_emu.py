@@ -62,6 +62,16 @@ MODELS = {
     "heads": ("self.fc = nn.Linear(8, 8)",  # (B, S, D) -> (B*S, D) for the linear, then heads moved behind dim 0
               "torch.softmax(self.fc(x).view(x.size(0), 6, 2, 4).permute(0, 2, 1, 3).reshape(x.size(0), 2, 24), -1)",
               (6, 8), {"reduce"}),
+    # values read through strides that do not change with the batch: a split's part, a slice, a permute
+    "swiglu": ("self.fc = nn.Linear(6, 10)", "(lambda a, b: F.silu(a) * b)(*self.fc(x).split(5, dim=-1))", (3, 6),
+               {"pointwise"}),
+    "glu_slice": ("", "x[:, :4] * torch.sigmoid(x[:, 4:])", (8, 3), {"pointwise"}),
+    "select_step": ("", "torch.tanh(x[:, 1] + x[:, 2])", (4, 5), {"pointwise"}),
+    "permuted_norm": ("self.ln = nn.LayerNorm(6)", "self.ln(x.permute(0, 2, 3, 1)) * 2.0", (6, 3, 4), {"reduce"}),
+    "permuted_pool": ("", "F.adaptive_avg_pool1d(x.transpose(1, 2), 2) + 1.0", (6, 5), {"pool"}),
+    "attention": ("", "torch.softmax((x @ x.transpose(-2, -1)) * 0.5, dim=-1) @ x", (2, 5, 3), {"reduce"}),
+    "sdpa": ("", "F.scaled_dot_product_attention(x, x * 2.0, x) + 1.0", (2, 5, 3), {"pointwise"}),
+    "mv": ("self.w = nn.Parameter(torch.randn(7))", "torch.relu(x @ self.w)", (7,), {"pointwise"}),
 }
 # name -> forward's expression and input shape after the batch: each mixes samples
 REFUSED = {

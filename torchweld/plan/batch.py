@@ -11,17 +11,22 @@ from math import prod
 
 from torchweld.ir import (ANCHORS, AUX, CONCAT, CONV, CONVOLUTION, POINTWISE, POOL, VIEWS, Node, Plan, Ref,
                           flat_args)
-from torchweld.tiling import is_contiguous, own_strides
+from torchweld.tiling import own_strides
 
 # Library calls that keep the batch as dim 0 of their result: the argument positions that may carry it.
-KEEPS_BATCH = {CONVOLUTION: (0,), "aten.mm.default": (0,), "aten.addmm.default": (1,), "aten.bmm.default": (0, 1)}
+KEEPS_BATCH = {CONVOLUTION: (0,), "aten.mm.default": (0,), "aten.addmm.default": (1,), "aten.bmm.default": (0, 1),
+               "aten.mv.default": (0,), "aten.scaled_dot_product_attention.default": (0, 1, 2)}
 # Views with no sizes in their arguments, and whether one moves dim 0 (`rank`: its input's).
 MOVES = {"aten.transpose.int": lambda n, rank: 0 in (n.args[1] % rank, n.args[2] % rank),
          "aten.permute.default": lambda n, rank: n.args[1][0] % rank != 0,
          "aten.unsqueeze.default": lambda n, rank: n.args[1] % (rank + 1) == 0,
-         "aten.squeeze.dim": lambda n, rank: n.args[1] % rank == 0}
+         "aten.squeeze.dim": lambda n, rank: n.args[1] % rank == 0,
+         "aten.slice.Tensor": lambda n, rank: n.args[1] % rank == 0, "aten.select.int": lambda n, rank: n.args[1] % rank == 0,
+         # NOTE: a tuple: each part (a getitem) keeps dim 0 as its input's
+         "aten.split.Tensor": lambda n, rank: len(n.args) < 3 or n.args[2] % rank == 0}
 # Kernel kinds whose grid or row count scales with a runtime batch (codegen's `outer`); gemm and conv: specialised.
 KINDS = frozenset({"pointwise", "reduce", "pool", "depthwise"})
+EXPAND = "aten.expand.default"
 LIMIT = 2**31  # NOTE: kernels index with unsigned int where every offset is below this (codegen/pointwise.py)
 
 
@@ -44,8 +49,8 @@ def runtime_batch(p: Plan) -> Plan:
 
 
 def sized_view(n: Node) -> bool:
-    """A reshape that names its sizes (`x.view(x.size(0), -1)` is traced with the batch's)."""
-    return (n.op == "aten" and n.target in VIEWS and len(n.args) == 2 and isinstance(n.args[1], (list, tuple))
+    """A reshape or expand that names its sizes (`x.view(x.size(0), -1)` is traced with the batch's)."""
+    return (n.op == "aten" and n.target in VIEWS | {EXPAND} and len(n.args) == 2 and isinstance(n.args[1], (list, tuple))
             and len(n.args[1]) == len(n.shape) > 0)
 
 
@@ -81,11 +86,13 @@ def _dim0(n: Node, refs: list[str], carried: list[str], nodes: dict, b: int) -> 
     if n.op == "aten" and n.target in VIEWS:
         # NOTE: a reshape keeps the order of elements: each sample stays one run of whole rows of dim 0
         return n.shape[0] if sized_view(n) and len(refs) == 1 and n.shape[0] % b == 0 else 0
+    if n.op == "aten" and n.target == EXPAND:  # NOTE: one that keeps dim 0 as it is (`expand(-1, ...)`)
+        return first if sized_view(n) and len(refs) == 1 and n.shape[0] == first else 0
     if n.op == "aten" and n.target in MOVES:
         return first if len(refs) == 1 and not MOVES[n.target](n, len(nodes[refs[0]].shape)) else 0
     if n.op in ANCHORS:
         return first if all(nodes[a].shape[0] == first for a in carried) and _keeps(n, set(carried), nodes) else 0
-    return first if n.op == AUX else 0  # NOTE: an anchor's companion (a max's index) follows its anchor
+    return first if n.op in (AUX, "getitem") else 0  # NOTE: a companion (a max's index), a part of a split
 
 
 def _batch(p: Plan) -> tuple[int, set[str]]:
@@ -106,20 +113,34 @@ def _batch(p: Plan) -> tuple[int, set[str]]:
         carried = [a for a in refs if a in batched]
         if not carried:
             continue  # made from parameters and constants alone
+        if n.op == "getitem":
+            carried = nodes[carried[0]].inputs()[:1]  # NOTE: the split's input: a tuple has no shape
         d = _dim0(n, refs, carried, nodes, b)
-        if not d or n.shape[:1] != (d,):
+        if not d or n.shape[:1] != (d,) and not (n.shape == () and n.target == "aten.split.Tensor"):
             return 0, set()
         batched.add(n.name)
     for k in p.kernels:
         if any(a in batched for a in (*k.inputs, *k.outputs)):
             d = nodes[k.outputs[0]].shape[0]
             ok = k.kind in KINDS and k.outputs[0] in batched and all(
-                nodes[a].shape[0] == d and is_contiguous(nodes[a]) for a in (*k.inputs, *k.outputs) if a in batched)
+                nodes[a].shape[0] == d and _outermost(nodes[a]) for a in (*k.inputs, *k.outputs) if a in batched)
             # NOTE: the wrapper reads the batch from an operand whose dim 0 has its size: only the batched may
             alike = [a for a in k.inputs if a not in batched and nodes[a].shape[:1] == (d,)]
             if not ok or (k.kind != "pointwise" and alike):
                 return 0, set()
     return b, batched
+
+
+def _outermost(n: Node) -> bool:
+    """Dim 0 is outermost in memory, each sample one run past the last: kernels index it with no modulo,
+    at strides that do not change with the batch (a slice, a split's part, a permute behind dim 0)."""
+    st = own_strides(tuple(n.shape), tuple(n.stride))
+    return st[0] >= 1 + sum((s - 1) * t for s, t in zip(n.shape[1:], st[1:]))
+
+
+def _share(n: Node, d: int) -> int:
+    """The elements one row of dim 0 spans in memory (its stride; a contiguous value's share of its size)."""
+    return max(prod(n.shape) // d, own_strides(tuple(n.shape), tuple(n.stride))[0])
 
 
 def _largest(k, p: Plan, b: int) -> int:
@@ -131,13 +152,13 @@ def _largest(k, p: Plan, b: int) -> int:
     reach = [1 + sum((s - 1) * st for s, st in zip(nodes[a].shape, own_strides(nodes[a].shape, nodes[a].stride)))
              for a in k.inputs]
     if k.kind != "pointwise":  # NOTE: dim 0 goes as a 32-bit size; outputs may outgrow the iteration (a pool's)
-        per = [prod(nodes[a].shape) // d for a in (*k.inputs, *k.outputs) if nodes[a].shape[:1] == (d,)]
+        per = [_share(nodes[a], d) for a in (*k.inputs, *k.outputs) if nodes[a].shape[:1] == (d,)]
         wide = max([prod(k.shape)] + reach + [x * d for x in per]) >= LIMIT
         most = min(2**62 // max([inner] + per) if wide else (LIMIT - 1) // max([inner] + per), LIMIT - 1)
         return most // (d // b)
     if max([prod(k.shape)] + reach) >= LIMIT:
         return 2**62 // inner // (d // b)  # NOTE: built with 64-bit indices already
-    per = [prod(nodes[a].shape) // d for a in k.inputs if nodes[a].shape[:1] == (d,)]
+    per = [_share(nodes[a], d) for a in k.inputs if nodes[a].shape[:1] == (d,)]
     return (LIMIT - 1) // max([inner] + per) // (d // b)
 
 
