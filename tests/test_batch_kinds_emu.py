@@ -71,6 +71,10 @@ MODELS = {
     "permuted_pool": ("", "F.adaptive_avg_pool1d(x.transpose(1, 2), 2) + 1.0", (6, 5), {"pool"}),
     "attention": ("", "torch.softmax((x @ x.transpose(-2, -1)) * 0.5, dim=-1) @ x", (2, 5, 3), {"reduce"}),
     "sdpa": ("", "F.scaled_dot_product_attention(x, x * 2.0, x) + 1.0", (2, 5, 3), {"pointwise"}),
+    "qkv_unbind": ("self.fc = nn.Linear(8, 24)",  # (B, S, 3, H, D) -> (3, B, H, S, D), unbound into q, k, v
+                   "(lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v)"
+                   "(*self.fc(x).view(x.size(0), 5, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0))", (5, 8), {"reduce"}),
+    "time_major_step": ("", "torch.tanh(x.permute(1, 0, 2)[2]) * 2.0", (4, 3), {"pointwise"}),
     "mv": ("self.w = nn.Parameter(torch.randn(7))", "torch.relu(x @ self.w)", (7,), {"pointwise"}),
 }
 # name -> forward's expression and input shape after the batch: each mixes samples
@@ -80,6 +84,8 @@ REFUSED = {
     "mean_all": ("", "torch.relu(x).mean()", (6, 5)),
     "softmax_dim0": ("", "torch.softmax(x, dim=0)", (6, 5)),
     "view_across_samples": ("", "torch.softmax(x.view(6, -1), dim=-1)", (6, 5)),
+    "kernel_over_a_stack": ("", "torch.relu(x.permute(1, 0, 2))", (6, 5)),  # the batch is dim 1 of the kernel
+    "expand_new_leading_dim": ("", "torch.relu(x).expand(4, 4, 6, 5)", (6, 5)),  # dim 0 new: 4 is no batch
     "view_sized_by_a_constant": ("", "torch.softmax(x.view(8, -1), dim=-1)", (6, 5)),  # 8 = 2 x 4 only at batch 4
 }
 
@@ -101,7 +107,8 @@ def test_kernels_run_at_other_batch_sizes(tmp_path, name):
     held = {kind_of(k, nodes) for k in plan.kernels if k.batch}
     assert kinds is None or kinds <= held, (held, [(k.name, kind_of(k, nodes), k.batch) for k in plan.kernels])
     assert all(k.batch for k in plan.kernels if nodes[k.outputs[0]].shape[:1] == (B,)), plan.kernels
-    assert "Runtime dims: the batch" in result.source
+    assert "Runtime dims: the batch" in result.source and "Specialised dims: the others, x (batch, " in result.source
+    assert ("rows, planes or blocks" in result.source) == any(k.batch and k.kind != "pointwise" for k in plan.kernels)
     namespace: dict = {}
     exec(path.read_text(), namespace)
     torch.manual_seed(0)

@@ -1,6 +1,7 @@
-"""Each whole-model problem (problems/models/) at a small size, where its batch is a runtime size: one
-emission runs its kernels (never the original forward) at batch 1, the captured one and 3x it on the CPU
-emulator, against eager (transformer blocks flatten (B, S, D) to (B*S, D) for their linears)."""
+"""Each whole-model problem (problems/models/) at a small size takes its batch at run time: one emission
+runs its kernels (never the original forward) at batch 1, the captured one and 3x it on the CPU emulator,
+against eager (transformer blocks flatten (B, S, D) to (B*S, D) for their linears and unbind q, k, v from
+a stack in front of the batch)."""
 from __future__ import annotations
 
 import pytest
@@ -10,17 +11,13 @@ from emulator import GXX, emulated_model, force_conv_layout, launching, mismatch
 from test_models_emu import MODELS, _no_general_path, _small
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
-# NOTE: models whose batch stays specialised at the small size (their count is tests/test_batch_corpus.py's)
-SPECIALISED = {"retention_decay_block", "swin_window_attention_block", "vit_encoder_block"}
 
 
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: p.stem)
 def test_model_at_other_batch_sizes_on_the_emulator(tmp_path, path):
     small = write_problem(tmp_path, path.stem, _small(path.read_text()))
     new_cls, result = emulated_model(small, tmp_path)
-    if not result.plan.guard.batch:
-        assert path.stem in SPECIALISED, "the batch stays specialised"
-        pytest.skip("the batch stays specialised")
+    assert result.plan.guard.batch, "the batch stays specialised"
     namespace: dict = {}
     exec(small.read_text(), namespace)
     torch.manual_seed(0)

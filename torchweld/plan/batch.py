@@ -1,9 +1,10 @@
 """Whether the batch (dim 0 of every tensor input) is a runtime size: where every value it reaches keeps it
 as an outer dim of its own, each sample computed on its own (pointwise ops, library calls that keep it as
 dim 0, reductions, softmax and norms within a sample, pools, depthwise convolutions, scans and cats along
-another dim, views that keep each sample whole rows of dim 0: `(B, S, D) -> (B*S, D)`), the kernels take it
-at run time and one file serves every batch size up to the largest their index type holds. Anything that
-mixes samples (batch norm's statistics, a sum over dim 0, a view across samples) keeps every dim specialised."""
+another dim, views that keep each sample whole rows of dim 0: `(B, S, D) -> (B*S, D)`, slices, splits and
+permutes behind dim 0, and a stack put in front of it that is unbound again: q, k, v), the kernels take it at
+run time and one file serves every batch size up to the largest their index type holds. Anything that mixes
+samples (batch norm's statistics, a sum over dim 0, a view across samples) keeps every dim specialised."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -26,7 +27,7 @@ MOVES = {"aten.transpose.int": lambda n, rank: 0 in (n.args[1] % rank, n.args[2]
          "aten.split.Tensor": lambda n, rank: len(n.args) < 3 or n.args[2] % rank == 0}
 # Kernel kinds whose grid or row count scales with a runtime batch (codegen's `outer`); gemm and conv: specialised.
 KINDS = frozenset({"pointwise", "reduce", "pool", "depthwise"})
-EXPAND = "aten.expand.default"
+EXPAND, PERMUTE, SPLIT, UNBIND = "aten.expand.default", "aten.permute.default", "aten.split.Tensor", "aten.unbind.int"
 LIMIT = 2**31  # NOTE: kernels index with unsigned int where every offset is below this (codegen/pointwise.py)
 
 
@@ -87,7 +88,8 @@ def _dim0(n: Node, refs: list[str], carried: list[str], nodes: dict, b: int) -> 
         # NOTE: a reshape keeps the order of elements: each sample stays one run of whole rows of dim 0
         return n.shape[0] if sized_view(n) and len(refs) == 1 and n.shape[0] % b == 0 else 0
     if n.op == "aten" and n.target == EXPAND:  # NOTE: one that keeps dim 0 as it is (`expand(-1, ...)`)
-        return first if sized_view(n) and len(refs) == 1 and n.shape[0] == first else 0
+        same = len(n.shape) == len(nodes[refs[0]].shape)  # NOTE: no new leading dim: -1 keeps dim 0's size
+        return first if sized_view(n) and len(refs) == 1 and same and n.shape[0] == first else 0
     if n.op == "aten" and n.target in MOVES:
         return first if len(refs) == 1 and not MOVES[n.target](n, len(nodes[refs[0]].shape)) else 0
     if n.op in ANCHORS:
@@ -106,20 +108,32 @@ def _batch(p: Plan) -> tuple[int, set[str]]:
         return 0, set()
     nodes = graph.by_name()
     batched = {n.name for n in tensors}  # values whose dim 0 is the batch times a constant
+    parts: dict[str, int] = {}  # a split or unbind (a tuple): the size of its parts' dim 0
+    behind: dict[str, int] = {}  # values whose dim 1 is the batch (q, k and v stacked in front): its size
     for n in graph.nodes:
         if n.op in ("input", "param"):
             continue
         refs = [a for a in flat_args(n.args) if isinstance(a, Ref)]
-        carried = [a for a in refs if a in batched]
+        carried = [a for a in refs if a in batched or a in behind]
         if not carried:
             continue  # made from parameters and constants alone
         if n.op == "getitem":
-            carried = nodes[carried[0]].inputs()[:1]  # NOTE: the split's input: a tuple has no shape
-        d = _dim0(n, refs, carried, nodes, b)
-        if not d or n.shape[:1] != (d,) and not (n.shape == () and n.target == "aten.split.Tensor"):
+            d = parts.get(carried[0], 0)
+        elif any(a in behind for a in carried):  # NOTE: nothing but unbind and select may read such a value
+            d = _unstacked(n, behind[carried[0]]) if carried == refs[:1] and carried[0] in behind else 0
+        elif n.op == "aten" and n.target == PERMUTE and len(refs) == 1 and n.args[1][1] == 0 and len(n.shape) > 2:
+            behind[n.name] = nodes[refs[0]].shape[0]  # NOTE: a stack of per-sample values in front of dim 0
+            continue
+        else:
+            d = _dim0(n, refs, carried, nodes, b)
+        if n.shape == () and n.target in (SPLIT, UNBIND) and d:
+            parts[n.name] = d if n.target == UNBIND else nodes[refs[0]].shape[0]
+        elif not d or n.shape[:1] != (d,):
             return 0, set()
         batched.add(n.name)
     for k in p.kernels:
+        if any(a in behind for a in (*k.inputs, *k.outputs)):
+            return 0, set()
         if any(a in batched for a in (*k.inputs, *k.outputs)):
             d = nodes[k.outputs[0]].shape[0]
             ok = k.kind in KINDS and k.outputs[0] in batched and all(
@@ -129,6 +143,16 @@ def _batch(p: Plan) -> tuple[int, set[str]]:
             if not ok or (k.kind != "pointwise" and alike):
                 return 0, set()
     return b, batched
+
+
+def _unstacked(n: Node, size: int) -> int:
+    """The size of dim 0 of a value taken from the front of a stack whose dim 1 is the batch (`unbind(0)`,
+    `select(0, i)`), else 0."""
+    if n.op == "aten" and n.target == UNBIND and n.args[1:2] in ((), (0,)):
+        return size
+    if n.op == "aten" and n.target == "aten.select.int" and n.args[1] == 0 and n.shape[:1] == (size,):
+        return size
+    return 0
 
 
 def _outermost(n: Node) -> bool:
