@@ -75,6 +75,7 @@ MODELS = {
                    "(lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v)"
                    "(*self.fc(x).view(x.size(0), 5, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0))", (5, 8), {"reduce"}),
     "time_major_step": ("", "torch.tanh(x.permute(1, 0, 2)[2]) * 2.0", (4, 3), {"pointwise"}),
+    "bias_as_long_as_the_batch": ("self.b = nn.Parameter(torch.randn(4))", "(self.b + x) > 0.0", (4,), {"pointwise"}),
     "mv": ("self.w = nn.Parameter(torch.randn(7))", "torch.relu(x @ self.w)", (7,), {"pointwise"}),
 }
 # name -> forward's expression and input shape after the batch: each mixes samples

@@ -195,7 +195,9 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
               f"    out_{o} = a_{over[o]}  # NOTE: {over[o]} is read here alone, each element before it is written"
               if o in over else _allocate(o, k.shape, dt, [nodes[p.name] for p in ops]) for o, dt in outs]
     if k.batch:  # NOTE: the batch is a runtime size: outputs not made like an operand take it from one
-        carrier = next(p.name for p in ops if nodes[p.name].shape[:1] == (k.batch,))
+        # NOTE: of the kernel's rank: a lower-rank operand whose dim 0 happens to be as long is no carrier
+        carrier = next(p.name for p in ops if len(nodes[p.name].shape) == len(k.shape)
+                       and nodes[p.name].shape[0] == k.batch)
         allocs = [a.replace(f"torch.empty({tuple(k.shape)!r}", f"torch.empty((a_{carrier}.shape[0], *{tuple(k.shape[1:])!r})")
                   for a in allocs]
     if any("device=dev" in a for a in allocs):
