@@ -197,8 +197,9 @@ def test_channels_last_pool_reads_channels_side_by_side():
     assert "in_x0[q_c0 * 1296 + q_c1 + (unsigned)(q_h2) * 144 + (unsigned)(q_h3) * 16]" in cu
     assert "out_v2[q_t]" in cu
     src = emit(p, "class Model:\n    def forward(self, x):\n        return x\n", "cl")
-    assert "torch.empty_strided((2, 16, 4, 4), (256, 1, 64, 16)" in src
-    assert "a_x0 = _tw_layout(a_x0, (2, 16, 9, 9), (1296, 1, 144, 16))" in src  # laid out as captured
+    # NOTE: the batch is a runtime size (dim 0 outermost in either layout): the rest as captured
+    assert "torch.empty_strided((a_x0.shape[0], *(16, 4, 4)), (256, 1, 64, 16)" in src
+    assert "a_x0 = _tw_layout(a_x0, (a_x0.shape[0], *(16, 9, 9)), (1296, 1, 144, 16))" in src  # laid out as captured
 
 
 def test_kernel_source_semantics():

@@ -163,7 +163,7 @@ def test_beyond_the_largest_batch_takes_the_original(chain):
 
 
 def test_a_batch_mixed_with_other_dims_stays_specialised(tmp_path):
-    """A reduction over dim 0 (or a view, a norm) reads the batch as more than a count: every dim stays specialised."""
+    """A reduction over dim 0 reads the batch as more than a count: every dim stays specialised."""
     from torchweld.pipeline import compile_problem
     from torchweld.problem import load_problem
 

@@ -167,7 +167,7 @@ class Kernel:
     kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue; "depthwise": conv + epilogue
     anchor: str = ""
     sms: int = 0  # reduce kernels: the multiprocessors their launch is sized for (tiling.layout; 0: its default)
-    batch: int = 0  # pointwise kernels: the captured size of dim 0 where it is a runtime size (plan/batch.py), else 0
+    batch: int = 0  # the captured size of dim 0 (the batch times a constant) where it is a runtime size, else 0
 
 
 @dataclass(frozen=True)

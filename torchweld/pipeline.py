@@ -13,7 +13,7 @@ from torchweld.emit import emit, emit_passthrough
 from torchweld.ir import Graph, Plan
 from torchweld.options import Options, Precision  # noqa: F401  (callers take Options from here too)
 from torchweld.plan import plan
-from torchweld.plan.batch import specialised
+from torchweld.plan.batch import sized_view, specialised
 from torchweld.problem import Problem, ProblemError, load_problem
 from torchweld.simplify import simplify
 
@@ -52,13 +52,23 @@ def batch_checked(model, inputs: list, simplified: Graph, planned: Plan) -> Plan
     if not planned.guard.batch:
         return planned
     b = planned.guard.batch[0] + 1
-    other = [x[:1].expand(b, *x.shape[1:]) if isinstance(x, torch.Tensor) else x for x in inputs]  # NOTE: no copy
-    try:
-        graph = simplify(capture(model, other))
-    except Exception:  # another batch does not even trace: it stays specialised
-        return specialised(planned)
-    key = [(n.name, n.op, n.target, n.args, n.attrs) for n in simplified.nodes]
-    return planned if key == [(n.name, n.op, n.target, n.args, n.attrs) for n in graph.nodes] else specialised(planned)
+    views = {n.name for n in planned.graph.nodes if sized_view(n) and n.args[1][0] == -1}  # runtime_batch's
+    # NOTE: inputs expanded from one sample first (no copy); where that traces otherwise (a view merging the
+    # batch with another dim cannot be a view of an expanded input), one sample more than captured, contiguous
+    for make in (lambda x: x[:1].expand(b, *x.shape[1:]), lambda x: torch.cat([x, x[:1]])):
+        try:
+            graph = simplify(capture(model, [make(x) if isinstance(x, torch.Tensor) else x for x in inputs]))
+        except Exception:  # another batch does not even trace: it stays specialised
+            continue
+        if _key(simplified, views) == _key(graph, views):
+            return planned
+    return specialised(planned, simplified)
+
+
+def _key(graph: Graph, views: set[str]) -> list:
+    """What must not change with the batch: each node, the batch's size in `views` (`view(b, -1)`) aside."""
+    return [(n.name, n.op, n.target, (n.args[0], n.shape[1:]) if n.name in views else n.args, n.attrs)
+            for n in graph.nodes]
 
 
 def compile_source(problem: Problem, options: Options = Options()) -> tuple[str, str | None]:

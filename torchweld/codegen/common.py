@@ -153,17 +153,43 @@ def header(k: Kernel, nodes, summary: str) -> str:
 
 def anchored_header(k: Kernel, nodes) -> str:
     """The header of a kernel built around an anchor (a reduction, pool or convolution)."""
-    return header(k, nodes, f"{nodes[k.anchor].op} of {tuple(k.shape)} with {len(k.nodes) - 1} fused pointwise ops")
+    over = f"(any batch) x {tuple(k.shape[1:])}" if k.batch else f"{tuple(k.shape)}"
+    return header(k, nodes, f"{nodes[k.anchor].op} of {over} with {len(k.nodes) - 1} fused pointwise ops")
 
 
-def kernel_with_launcher(k: Kernel, nodes, body: list[str], nt: int, blocks: int, mutable: tuple = ()) -> str:
-    """One kernel of `nt` threads a block around `body`, and its `extern "C"` launcher of `blocks` blocks."""
+def batch_params(k: Kernel) -> tuple[str, str, str]:
+    """What a runtime batch adds to (kernel parameters, launcher parameters, launcher casts): the batch
+    size `nb`, after the pointers (ctypes passes it as one more pointer-sized value)."""
+    return (", const unsigned nb", ", unsigned long long nb", ", (unsigned)nb") if k.batch else ("", "", "")
+
+
+def outer(k: Kernel, size: int, it: str) -> str:
+    """A size that scales with the batch as C: `size` itself, or `nb` times its share of one sample where
+    the batch is a runtime size (NOTE: only sizes of dims outside every index's modulo scale: plan/batch.py)."""
+    return f"nb * {size // k.batch}{it}" if k.batch else f"{size}{it}"
+
+
+def blocks_of(k: Kernel, count: int, per: int, times: int = 1) -> str:
+    """`ceil(count / per) * times` blocks as C, `count` scaling with the batch where it is a runtime size."""
+    if not k.batch:
+        return f"{-(-count // per) * times}u"
+    # NOTE: in the launcher, where nb is 64-bit: the product may pass 32 bits where the block count does not
+    scaled = (f"(unsigned)((nb * {count // k.batch}ull + {per - 1}ull) / {per}ull)" if per > 1
+              else f"(unsigned)(nb * {count // k.batch}ull)")
+    return f"{scaled} * {times}u" if times > 1 else scaled
+
+
+def kernel_with_launcher(k: Kernel, nodes, body: list[str], nt: int, blocks: int | str, mutable: tuple = ()) -> str:
+    """One kernel of `nt` threads a block around `body`, and its `extern "C"` launcher of `blocks` blocks
+    (a C expression where it scales with a runtime batch)."""
     kparams, lparams, casts = params(k, nodes, mutable)
+    kb, lb, cb = batch_params(k)
+    grid = blocks if isinstance(blocks, str) else f"{blocks}u"
     return "\n".join(
-        [f"__global__ void __launch_bounds__({nt}) {k.name}({kparams}) {{"] + body + ["}", "",
-         f'extern "C" int tw_launch_{k.name}({lparams}, int vec, void* stream) {{',
+        [f"__global__ void __launch_bounds__({nt}) {k.name}({kparams}{kb}) {{"] + body + ["}", "",
+         f'extern "C" int tw_launch_{k.name}({lparams}{lb}, int vec, void* stream) {{',
          "  (void)vec;",
-         f"  {k.name}<<<{blocks}u, {nt}, 0, (cudaStream_t)stream>>>({casts});",
+         f"  {k.name}<<<{grid}, {nt}, 0, (cudaStream_t)stream>>>({casts}{cb});",
          "  return (int)cudaGetLastError();", "}", ""])
 
 

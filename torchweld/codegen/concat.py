@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.codegen.common import (STORAGE, PointwiseLines, anchored_header, dedupe_loads, in_ptr,
-                                      kernel_with_launcher, split_at_anchor)
+from torchweld.codegen.common import (STORAGE, PointwiseLines, anchored_header, blocks_of, dedupe_loads, in_ptr,
+                                      kernel_with_launcher, outer, split_at_anchor)
 from torchweld.ir import Graph, Kernel
 from torchweld.tiling import own_strides
 
@@ -33,7 +33,7 @@ def _kernel(k: Kernel, nodes) -> str:
     IT = "unsigned long long" if itype == "ull" else "unsigned int"
     _, epilogue = split_at_anchor(k, nodes)
     body = [f"  const {IT} idx = ({IT})blockIdx.x * {NT}{itype} + threadIdx.x;",
-            f"  if (idx >= {n}{itype}) return;"]
+            f"  if (idx >= {outer(k, n, itype)}) return;"]
     for j, size in enumerate(shape):  # NOTE: the element's coordinates in the result
         inner = prod(shape[j + 1:])
         div = f"idx / {inner}{itype}" if inner > 1 else "idx"
@@ -54,4 +54,4 @@ def _kernel(k: Kernel, nodes) -> str:
                                                                                   have=frozenset(parts))
     lines += [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs]
     body += ["  " + line for line in dedupe_loads(lines)]
-    return kernel_with_launcher(k, nodes, body, NT, -(-n // NT))
+    return kernel_with_launcher(k, nodes, body, NT, blocks_of(k, n, NT))

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torchweld.codegen.common import STORAGE, PointwiseLines, anchored_header, kernel_with_launcher, params
+from torchweld.codegen.common import (STORAGE, PointwiseLines, anchored_header, batch_params, blocks_of,
+                                      kernel_with_launcher, outer, params)
 from torchweld.ir import Graph, Kernel, Node
 from torchweld.tiling import Geometry, Tiling, cdiv, geometry, smem_bytes, tiling
 
@@ -36,7 +37,9 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     # NOTE: the wrapper hands the kernel its input and weight contiguous, whatever their captured strides.
     flat = {n: replace(nodes[n], stride=()) for n in (x, w)}
     pw = PointwiseLines(k, {**nodes, **flat}, itype)
-    kparams = params(k, nodes)[0]
+    kparams = params(k, nodes)[0] + batch_params(k)[0]
+    # NOTE: a runtime batch scales the planes alone (n outermost): every test against their count is kept
+    last = outer(k, planes, itype)
     sig = f"{kparams}, {{smem}}float* __restrict__ sm, const unsigned blk, const unsigned t"
 
     load = [f"__device__ __forceinline__ void {k.name}_load({sig.format(smem='')}) {{",
@@ -50,7 +53,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     total = t.PB * TILE
     whole = cdiv(iters, ch) * ch * t.threads == total
     inside = ([] if whole else [f"i < {total}"]) + [f"(unsigned)ih < {g.H}u", f"(unsigned)iw < {g.W}u"] + (
-        [f"p0 + pl < {planes}{itype}"] if planes % t.PB else [])
+        [f"p0 + pl < {last}"] if (planes // k.batch if k.batch else planes) % t.PB else [])
     load += ["#pragma unroll 1", f"  for (int j0 = 0; j0 < {iters}; j0 += {ch}) {{",
              f"    float v[{ch}];", "#pragma unroll", f"    for (int j = 0; j < {ch}; ++j) {{",
              f"      const int i = (int)t + (j0 + j) * {t.threads};",
@@ -71,7 +74,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
              f"    if (j < {g.M * KK}) v = tw_ld(in_{w}[c * {g.M * KK}u + j]);"]
     if b is not None:
         load.append(f"    else v = tw_ld(in_{b}[c * {g.M}u + (j - {g.M * KK})]);")
-    load += [f"    sm[{t.PB * TILE} + i] = p < {planes}{itype} ? v : 0.0f;", "  }", "}", ""]
+    load += [f"    sm[{t.PB * TILE} + i] = p < {last} ? v : 0.0f;", "  }", "}", ""]
 
     comp = [f"__device__ __forceinline__ void {k.name}_compute({sig.format(smem='const ')}) {{",
             f"  // Outputs rows oh0 + [0, {t.VH}) x columns ow0 + [0, {t.VW}) of plane p, for each of its {g.M} channel(s).",
@@ -80,7 +83,7 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
             f"  const {IT} p = ({IT})(blk / {tiles}u) * {t.PB}{itype} + pl;",
             f"  const int oh0 = (int)(tile / {t.tiles_w}u) * {t.TY * t.VH} + ty * {t.VH}, "
             f"ow0 = (int)(tile % {t.tiles_w}u) * {t.TX * t.VW} + tx * {t.VW};",
-            f"  if (p >= {planes}{itype} || oh0 >= {g.OH} || ow0 >= {g.OW}) return;",
+            f"  if (p >= {last} || oh0 >= {g.OH} || ow0 >= {g.OW}) return;",
             f"  const float* __restrict__ tl = sm + pl * {TILE} + ty * {t.VH * g.SH * t.IWP} + tx * {t.VW * g.SW};",
             f"  const float* __restrict__ wb = sm + {t.PB * TILE} + pl * {WN};",
             "#pragma unroll 1",
@@ -91,12 +94,12 @@ def depthwise_parts(k: Kernel, graph) -> tuple[str, str, Geometry, Tiling]:
     comp += _taps_regs(g, t) if t.regs else _taps_smem(g, t)
     comp += _epilogue(k, nodes, pw, a, g, t, IT, itype) + ["  }", "}", ""]
 
-    args = ", ".join([f"in_{n}" for n in k.inputs] + [f"out_{o}" for o in k.outputs])
+    args = ", ".join([f"in_{n}" for n in k.inputs] + [f"out_{o}" for o in k.outputs] + ["nb"] * bool(k.batch))
     body = [f"  __shared__ __align__(16) float sm[{smem_bytes(g, t) // 4}];",
             f"  {k.name}_load({args}, sm, blockIdx.x, threadIdx.x);",
             "  __syncthreads();",
             f"  {k.name}_compute({args}, sm, blockIdx.x, threadIdx.x);"]
-    blocks = cdiv(planes, t.PB) * tiles
+    blocks = blocks_of(k, planes, t.PB, tiles) if k.batch else cdiv(planes, t.PB) * tiles
     return "\n".join(load + comp), kernel_with_launcher(k, nodes, body, t.threads, blocks), g, t
 
 

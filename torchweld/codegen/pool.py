@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
-from torchweld.codegen.common import (STORAGE, THREADS, anchored_header, compute, kernel_with_launcher, split_at_anchor,
-                                      variant_name)
+from torchweld.codegen.common import (STORAGE, THREADS, anchored_header, blocks_of, compute, kernel_with_launcher,
+                                      outer, split_at_anchor, variant_name)
 from torchweld.ir import Graph, Kernel, Node
 from torchweld.tiling import dense_strides, memory_order, out_strides, own_strides, pool_channels_last
 
@@ -185,7 +185,7 @@ def source(k: Kernel, graph: Graph) -> str:
     big = max(reach + [geo.numel, prod(geo.in_shape)]) >= 2**31
     IT = "unsigned long long" if big else "unsigned"
     B = [f"  const {IT} q_t = ({IT})blockIdx.x * {THREADS}u + threadIdx.x;",
-         f"  if (q_t >= {geo.numel}u) return;"]
+         f"  if (q_t >= {outer(k, geo.numel, 'ull' if big and k.batch else 'u')}) return;"]
     B += [f"  const {t} {n} = {e};" for t, n, e in geo.coord_decls(IT) + geo.window_decls()]
 
     # Operands read in the window: those that do not move along it are loaded once, before it.
@@ -228,7 +228,8 @@ def source(k: Kernel, graph: Graph) -> str:
         dense = strides[o] == dense_strides(geo.out_shape, geo.order)
         at = "q_t" if dense else geo.offset(geo.out_shape, strides[o], "out", IT)[0]
         B.append(f"  out_{o}[{at}] = tw_st<{STORAGE[nodes[o].dtype]}>({o});")
-    return anchored_header(k, nodes) + kernel_with_launcher(k, nodes, B, THREADS, -(-geo.numel // THREADS))
+    # NOTE: a runtime batch is the outermost output coordinate in either memory order: no index takes it modulo
+    return anchored_header(k, nodes) + kernel_with_launcher(k, nodes, B, THREADS, blocks_of(k, geo.numel, THREADS))
 
 
 def channels_last(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> str:

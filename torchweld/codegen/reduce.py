@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from math import prod
 
-from torchweld.codegen.common import (ITEMSIZE, STORAGE, Launch, PointwiseLines, anchored_header, dedupe_loads,
-                                      is_contiguous, params, split_at_anchor)
+from torchweld.codegen.common import (ITEMSIZE, STORAGE, Launch, PointwiseLines, anchored_header, batch_params,
+                                      blocks_of, dedupe_loads, is_contiguous, outer, params, split_at_anchor)
 from torchweld.codegen.ops import lit
 from torchweld.codegen.reduce_stats import Stats, nstats
 from torchweld.ir import AUX, Graph, Kernel, Node, Ref, reduce_geometry
@@ -73,7 +73,7 @@ class ReduceCode:
         if L.rm:
             B += [f"  const unsigned ty = t % {L.ty}u;",
                   f"  const {IT} o = ({IT})({blk}) * {L.tx}{it} + t / {L.ty}u, i = 0;",
-                  f"  const bool live = o < {self.O}{it};"]
+                  f"  const bool live = o < {outer(self.k, self.O, it)};"]
         else:
             tiles = -(-self.I // L.tx)
             B += [f"  const unsigned ty = t / {L.tx}u, bo = {blk};",
@@ -202,7 +202,7 @@ class ReduceCode:
     # --- kernels ------------------------------------------------------------------------------
 
     def kernel(self, name: str, body: list[str], nt: int, templated: bool = True, ws: bool = False) -> str:
-        kparams = params(self.k, self.nodes, self.mutable)[0]
+        kparams = params(self.k, self.nodes, self.mutable)[0] + batch_params(self.k)[0]
         if ws:
             kparams += ", float* __restrict__ ws"
         head = "template <int V>\n" if templated else ""
@@ -220,14 +220,14 @@ class ReduceCode:
 
     def partial_kernel(self) -> str:
         """Split, first kernel: this chunk's partial statistics into the workspace."""
-        L, n = self.L, self.nout * self.L.split
+        L, n = self.L, outer(self.k, self.nout * self.L.split, "")
         slot = f"(o * {self.I}{self.itype} + i) * {L.split}u + blockIdx.x % {L.split}u"
         B = self.head(True) + self.accumulate()
         B += ["  if (live && ty == 0) {"] + ["    " + s for s in self.stats.store(slot, n)] + ["  }"]
         return self.kernel(self.k.name + "_part", B, L.nt, ws=True)
 
     def merge_lines(self, first: str, step: str, block_args: str) -> list[str]:
-        L, n = self.L, self.nout * self.L.split
+        L, n = self.L, outer(self.k, self.nout * self.L.split, "")
         s = self.stats
         B = s.decl() + [f"  if (live) for (unsigned c = {first}; c < {L.split}u; c += {step}) {{"]
         B += ["    " + m for m in s.merge(f"(o * {self.I}{self.itype} + i) * {L.split}u + c", n)] + ["  }"]
@@ -244,7 +244,7 @@ class ReduceCode:
             return self.kernel(self.k.name + "_fin", B, L.nt, ws=True)
         B = ["  const unsigned t = threadIdx.x, lane = t & 31;",
              f"  const {IT} oi0 = ({IT})blockIdx.x * 8{it} + t / 32u;",
-             f"  const bool live = oi0 < {self.nout}{it};",
+             f"  const bool live = oi0 < {outer(self.k, self.nout, it)};",
              f"  const {IT} o = oi0 / {self.I}{it}, i = oi0 % {self.I}{it};",
              f"  const {IT} base = o * {self.R * self.I}{it} + i;"]
         B += self.merge_lines("lane", "32u", "256, 8, 32, true") + self.stats_ready()
@@ -264,29 +264,33 @@ class ReduceCode:
         L = self.L
         kernels = [self.main()] if L.split == 1 else [self.partial_kernel(), self.merge_kernel()]
         _, lparams, casts = params(self.k, self.nodes, self.mutable)
+        lparams, casts = lparams + batch_params(self.k)[1], casts + batch_params(self.k)[2]
         if L.split > 1:
             lparams += ", void* ws"
             casts += ", (float*)ws"
         lines = [f'extern "C" int tw_launch_{self.k.name}({lparams}, int vec, void* stream) {{',
                  "  cudaStream_t st = (cudaStream_t)stream;", "  (void)vec;"]
 
-        def call(name: str, blocks: int, nt: int, templated: bool = True) -> None:
+        def call(name: str, blocks: str, nt: int, templated: bool = True) -> None:
             if not templated:
-                lines.append(f"  {name}<<<{blocks}u, {nt}, 0, st>>>({casts});")
+                lines.append(f"  {name}<<<{blocks}, {nt}, 0, st>>>({casts});")
             elif L.vec > 1:
-                lines.append(f"  if (vec) {name}<{L.vec}><<<{blocks}u, {nt}, 0, st>>>({casts});")
-                lines.append(f"  else {name}<1><<<{blocks}u, {nt}, 0, st>>>({casts});")
+                lines.append(f"  if (vec) {name}<{L.vec}><<<{blocks}, {nt}, 0, st>>>({casts});")
+                lines.append(f"  else {name}<1><<<{blocks}, {nt}, 0, st>>>({casts});")
             else:
-                lines.append(f"  {name}<1><<<{blocks}u, {nt}, 0, st>>>({casts});")
+                lines.append(f"  {name}<1><<<{blocks}, {nt}, 0, st>>>({casts});")
 
+        # NOTE: the layout's block count (rows of tx outputs, or O x tiles of I) with O at run time
+        blocks = (blocks_of(self.k, self.O, L.tx, L.split) if L.rm
+                  else blocks_of(self.k, self.O, 1, -(-self.I // L.tx) * L.split)) if self.k.batch else f"{L.blocks}u"
         if L.split == 1:
-            call(self.k.name, L.blocks, L.nt)
+            call(self.k.name, blocks, L.nt)
         else:
-            call(self.k.name + "_part", L.blocks, L.nt)
+            call(self.k.name + "_part", blocks, L.nt)
             if self.full or self.rows:
-                call(self.k.name + "_fin", L.blocks, L.nt)
+                call(self.k.name + "_fin", blocks, L.nt)
             else:
-                call(self.k.name + "_fin", -(-self.nout // 8), 256, templated=False)
+                call(self.k.name + "_fin", blocks_of(self.k, self.nout, 8), 256, templated=False)
         lines += ["  return (int)cudaGetLastError();", "}", ""]
         return "\n".join(kernels + lines)
 

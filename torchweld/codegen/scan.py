@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.codegen.common import (STORAGE, PointwiseLines, anchored_header, dedupe_loads, kernel_with_launcher,
-                                      split_at_anchor)
+from torchweld.codegen.common import (STORAGE, PointwiseLines, anchored_header, blocks_of, dedupe_loads,
+                                      kernel_with_launcher, outer, split_at_anchor)
 from torchweld.ir import Graph, Kernel, reduce_geometry
 from torchweld.tiling import pow2ceil
 
@@ -46,9 +46,9 @@ def _kernel(k: Kernel, nodes) -> str:
         return dedupe_loads(body + [f"out_{o}[idx] = tw_st<{STORAGE[nodes[o].dtype]}>({o});" for o in k.outputs])
 
     if I > 1:  # one thread a column
-        nt, blocks = 256, -(-O * I // 256)
+        nt, blocks = 256, blocks_of(k, O * I, 256)
         B = [f"  const {IT} g = ({IT})blockIdx.x * {nt}{itype} + threadIdx.x;",
-             f"  if (g >= {O * I}{itype}) return;",
+             f"  if (g >= {outer(k, O * I, itype)}) return;",
              f"  const {IT} base = (g / {I}{itype}) * {R * I}{itype} + g % {I}{itype};",
              f"  float carry = {one};",
              f"  for (unsigned r = 0; r < {R}u; ++r) {{",
@@ -64,7 +64,7 @@ def _kernel(k: Kernel, nodes) -> str:
     B = ["  const unsigned t = threadIdx.x;",
          f"  const unsigned ty = t % {ty}u;",
          f"  const {IT} o = ({IT})blockIdx.x * {tx}{itype} + t / {ty}u;",
-         f"  const bool live = o < {O}{itype};",
+         f"  const bool live = o < {outer(k, O, itype)};",
          f"  const {IT} base = o * {R}{itype};",
          f"  float carry = {one};",
          f"  for (unsigned r0 = ty * {E}u; r0 < {-(-R // tile) * tile}u; r0 += {tile}u) {{",
@@ -82,4 +82,4 @@ def _kernel(k: Kernel, nodes) -> str:
           f"      if (live && r < {R}u) {{"]
     B += ["        " + b for b in write(f"carry {op} before {op} v[e]")]
     B += ["      }", "    }", f"    carry {op}= total;", "  }"]
-    return kernel_with_launcher(k, nodes, B, nt, -(-O // tx))
+    return kernel_with_launcher(k, nodes, B, nt, blocks_of(k, O, tx))

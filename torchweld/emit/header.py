@@ -134,8 +134,10 @@ def _shape_lines(plan: Plan) -> list[str]:
         return []
     if plan.guard.batch:
         dims = "; ".join(f"{n.target} (batch, {', '.join(map(str, n.shape[1:]))})" for n in tensors)
+        rows = any(k.batch and k.kind != "pointwise" for k in plan.kernels)  # NOTE: files of pointwise kernels alone as before
+        takes = "their element count, or their rows, planes or blocks," if rows else "their element count"
         return [f"Runtime dims: the batch (dim 0 of every input; captured {plan.guard.batch[0]}), any size from 1 to "
-                f"{plan.guard.batch[1]:,}: the kernels take their element count at run time.",
+                f"{plan.guard.batch[1]:,}: the kernels take {takes} at run time.",
                 f"Specialised dims: the others, {dims}; the first call of another shape warns once, naming the dim."]
     dims = "; ".join(f"{n.target} {tuple(n.shape)}" for n in tensors)
     return [f"Specialised dims: every dim of {dims}; the first call of another shape warns once, naming the dim."]

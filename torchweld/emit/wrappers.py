@@ -33,18 +33,22 @@ def stride_spec(n: Node):
     return None if is_contiguous(n) else tuple(n.stride)
 
 
-def _prepare(names: list[str], nodes: dict, contiguous: tuple = ()) -> list[str]:
+def _prepare(names: list[str], nodes: dict, contiguous: tuple = (), batch: int = 0) -> list[str]:
     """Lay a kernel's operands out as it indexes them (`contiguous`: those it reads contiguous
-    whatever their captured strides). Their device, dtype and shape need no check here: forward's
-    guard checked the inputs and parameters, and values made inside forward follow."""
+    whatever their captured strides; `batch`: the kernel's dim 0 where it is a runtime size). Their device,
+    dtype and shape need no check here: forward's guard checked the inputs and parameters, and values made
+    inside forward follow."""
     lines = []
     for a in names:
         stride = None if a in contiguous else stride_spec(nodes[a])
+        shape = tuple(nodes[a].shape)
         if stride is None:
             lines.append(f"    if not a_{a}.is_contiguous():")
             lines.append(f"        a_{a} = a_{a}.contiguous()")
+        elif batch and shape[:1] == (batch,):  # NOTE: its dim 0 is the runtime batch's; its strides are not
+            lines.append(f"    a_{a} = _tw_layout(a_{a}, (a_{a}.shape[0], *{shape[1:]!r}), {stride!r})")
         else:
-            lines.append(f"    a_{a} = _tw_layout(a_{a}, {tuple(nodes[a].shape)!r}, {stride!r})")
+            lines.append(f"    a_{a} = _tw_layout(a_{a}, {shape!r}, {stride!r})")
     return lines
 
 
@@ -80,13 +84,13 @@ def _launch(k: Kernel, ptrs: list[str], vec: str, first: str, cl_vec: str | None
     return [call, "    if err:", f"        _tw_fail({k.name!r}, err)"]
 
 
-def _pick_build(cl_strides: dict[str, tuple], nodes: dict) -> list[str]:
+def _pick_build(cl_strides: dict[str, tuple], nodes: dict, batch: int = 0) -> list[str]:
     """Lines setting `cl`: every operand in `cl_strides` has the strides a channels-last convolution
     gives it, which the `_cl` build reads as they are; else they are laid out as captured."""
     test = " and ".join(f"a_{a}.stride() == {s!r}" for a, s in cl_strides.items())
     return [f"    cl = {test}",
             "    if not cl:  # NOTE: the convolution ran NCHW (no copy), or other strides: laid out as captured",
-            *["    " + line for line in _prepare(list(cl_strides), nodes)]]
+            *["    " + line for line in _prepare(list(cl_strides), nodes, batch=batch)]]
 
 
 def _aligned_test(pairs) -> str:
@@ -108,22 +112,25 @@ def _reduce_wrapper(k: Kernel, graph, into: dict[str, str]) -> str:
     if in_place:  # NOTE: the kernel updates the running statistics in place: a copy would lose the update
         lines.append(f"    assert {' and '.join(f'a_{a}.is_contiguous()' for a in in_place)}")
     flat = tuple(anchor.args[:2]) if k.kind == "depthwise" else ()  # the convolution's input and weight
-    lines += _prepare([a for a in k.inputs if a not in in_place], nodes, flat)
+    lines += _prepare([a for a in k.inputs if a not in in_place], nodes, flat, k.batch)
     operand_nodes = [nodes[a] for a in k.inputs]
     into_alloc, after = _into_lines(into, list(k.outputs))
     allocs = [into_alloc.pop(0) if o in into else _allocate(o, nodes[o].shape, nodes[o].dtype, operand_nodes)
               for o in k.outputs]
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{k.inputs[0]}.device")
-    lines += allocs
+    carrier = _carrier(k, nodes)
+    lines += _batched(allocs, k, nodes, carrier)
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
+    ptrs += [f"a_{carrier}.shape[0]"] * bool(k.batch)  # NOTE: a runtime batch's size follows the pointers
     if k.kind == "depthwise":
         lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}")
         lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
         return "\n".join(lines)
     launch = reduce_launch(k, graph)
     if launch.workspace:  # NOTE: per call, so that calls on two streams never share partial results
-        lines.append(f"    ws = torch.empty({launch.workspace}, dtype=torch.float32, device=a_{k.inputs[0]}.device)")
+        size = f"a_{carrier}.shape[0] * {launch.workspace // k.batch}" if k.batch else f"{launch.workspace}"
+        lines.append(f"    ws = torch.empty({size}, dtype=torch.float32, device=a_{k.inputs[0]}.device)")
         ptrs.append("ws.data_ptr()")
     vec = "0"
     if launch.vec > 1:
@@ -144,8 +151,8 @@ def _pool_wrapper(k: Kernel, graph, cl_strides: dict[str, tuple]) -> str:
     lines = [
         f"def _{k.name}({', '.join(f'a_{a}' for a in k.inputs)}):",
         f'    """{k.name}: {anchor.op} with {len(k.nodes) - 1} fused pointwise ops; see its CUDA source above."""',
-        *(_pick_build(cl_strides, nodes) if cl_strides else []),
-        *_prepare([a for a in k.inputs if a not in cl_strides], nodes),
+        *(_pick_build(cl_strides, nodes, k.batch) if cl_strides else []),
+        *_prepare([a for a in k.inputs if a not in cl_strides], nodes, batch=k.batch),
     ]
     allocs = []
     for o in k.outputs:
@@ -155,8 +162,10 @@ def _pool_wrapper(k: Kernel, graph, cl_strides: dict[str, tuple]) -> str:
                       f"    out_{o} = torch.empty_strided({shape!r}, {stride!r}, dtype=torch.{nodes[o].dtype}, device=dev)")
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{k.inputs[0]}.device")
-    lines += allocs
+    carrier = _carrier(k, nodes)
+    lines += _batched(allocs, k, nodes, carrier)
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
+    ptrs += [f"a_{carrier}.shape[0]"] * bool(k.batch)
     lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}", "0" if cl_strides else None)
     lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
     return "\n".join(lines)
@@ -177,8 +186,8 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
     lines = [
         f"def _{k.name}({params}):",
         f'    """{k.name}: {len(k.nodes)} fused ops over {_over(k)}; see its CUDA source above."""',
-        *(_pick_build(cl_strides, nodes) if cl_strides else []),
-        *_prepare([o.name for o in ops if o.name not in cl_strides], nodes),
+        *(_pick_build(cl_strides, nodes, k.batch) if cl_strides else []),
+        *_prepare([o.name for o in ops if o.name not in cl_strides], nodes, batch=k.batch),
     ]
     over = plan.written_over
     into_alloc, after = _into_lines(into, [o for o, _ in outs])
@@ -186,7 +195,9 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
               f"    out_{o} = a_{over[o]}  # NOTE: {over[o]} is read here alone, each element before it is written"
               if o in over else _allocate(o, k.shape, dt, [nodes[p.name] for p in ops]) for o, dt in outs]
     if k.batch:  # NOTE: the batch is a runtime size: outputs not made like an operand take it from one
-        carrier = next(p.name for p in ops if nodes[p.name].shape[:1] == (k.batch,))
+        # NOTE: of the kernel's rank: a lower-rank operand whose dim 0 happens to be as long is no carrier
+        carrier = next(p.name for p in ops if len(nodes[p.name].shape) == len(k.shape)
+                       and nodes[p.name].shape[0] == k.batch)
         allocs = [a.replace(f"torch.empty({tuple(k.shape)!r}", f"torch.empty((a_{carrier}.shape[0], *{tuple(k.shape[1:])!r})")
                   for a in allocs]
     if any("device=dev" in a for a in allocs):
@@ -205,6 +216,26 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
     ret = ", ".join(f"out_{o}" for o, _ in outs)
     lines.append(f"    return {ret}{',' if len(outs) == 1 else ''}")
     return "\n".join(lines)
+
+
+def _carrier(k: Kernel, nodes: dict) -> str | None:
+    """The operand a runtime batch is read from (dim 0 of every batched operand: plan/batch.py)."""
+    return next((a for a in k.inputs if nodes[a].shape[:1] == (k.batch,)), None) if k.batch else None
+
+
+def _batched(allocs: list[str], k: Kernel, nodes: dict, carrier: str | None) -> list[str]:
+    """Allocation lines, each output whose dim 0 is a runtime batch made at the carrier's."""
+    if not k.batch:
+        return allocs
+    out = []
+    for o, line in zip(k.outputs, allocs):
+        shape = tuple(nodes[o].shape)
+        if shape[:1] == (k.batch,):
+            line = line.replace(f"torch.empty({shape!r}", f"torch.empty((a_{carrier}.shape[0], *{shape[1:]!r})")
+            line = line.replace(f"torch.empty_strided({shape!r}",
+                                f"torch.empty_strided((a_{carrier}.shape[0], *{shape[1:]!r})")
+        out.append(line)
+    return out
 
 
 def _over(k: Kernel) -> str:
