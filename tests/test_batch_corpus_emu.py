@@ -1,6 +1,8 @@
 """Every corpus problem whose batch is a runtime size, at batch 1 and 2 (a slice of its own inputs) on the CPU
 emulator: its kernels run, never the original forward, and match eager within the judge's tolerance for the
 output's dtype (batch 1 and 2 keep the emulator quick; 3x the captured batch is tests/gpu/test_batch_gpu.py's).
+By default one problem in four (every family still runs: the corpus is sorted by family), within CI's time budget;
+`--full-sweep` runs all of them. tests/test_batch_corpus.py counts the runtime-batch files over the whole corpus.
 
 NOTE: each chunk of problems runs in a process of its own: every emulated library keeps its threads' stacks
 mapped, and a process holding over a hundred of them runs out of memory maps."""
@@ -14,7 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = sorted(p for p in (ROOT / "problems").rglob("*.py") if p.name != "__init__.py")
-CHUNK = 24
+CHUNK = 27
+SAMPLE = 4  # NOTE: one problem in SAMPLE by default
+
+
+def pytest_generate_tests(metafunc):
+    if "paths" in metafunc.fixturenames:
+        chosen = PROBLEMS if metafunc.config.getoption("--full-sweep") else PROBLEMS[::SAMPLE]
+        chunks = [chosen[i:i + CHUNK] for i in range(0, len(chosen), CHUNK)]
+        metafunc.parametrize("paths", [[str(p) for p in c] for c in chunks],
+                             ids=[f"{c[0].parent.name}-{c[0].stem}+{len(c) - 1}" for c in chunks])
 
 
 def check(path: Path, workdir: Path) -> str:
@@ -54,9 +65,7 @@ def check(path: Path, workdir: Path) -> str:
 
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not installed")
-@pytest.mark.parametrize("first", range(0, len(PROBLEMS), CHUNK), ids=lambda i: f"problems{i}-{i + CHUNK - 1}")
-def test_corpus_problems_at_batch_one_and_two(first):
-    paths = [str(p) for p in PROBLEMS[first:first + CHUNK]]
+def test_corpus_problems_at_batch_one_and_two(paths):
     proc = subprocess.run([sys.executable, __file__, *paths], capture_output=True, text=True, timeout=1200)
     said = dict(line.split(" :: ", 1) for line in proc.stdout.splitlines() if " :: " in line)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -42,8 +42,8 @@ def test_glu_reads_the_conv_output_as_made():
     assert wrapper.index("    if not cl:") < wrapper.index("_tw_layout(a_v5")  # the copy is the fallback only
     assert all(line.startswith("        ") for line in wrapper.splitlines() if "_tw_layout" in line)
     assert "err = _LIB.tw_launch_k0_cl(" in wrapper and "err = _LIB.tw_launch_k0(" in wrapper
-    assert "_KERNEL_ARGS = {'k0': 3, 'k0_cl': 3}" in src
-    assert "k0_cl_v4<<<8192u, 256" in src and "k0_cl_v1<<<8192u, 256" in src
+    assert "_KERNEL_ARGS = {'k0': 4, 'k0_cl': 4}" in src  # 3 pointers and the runtime element count
+    assert "k0_cl_v4<<<(unsigned)(n / 262144ull) * 256u, 256" in src and "k0_cl_v1<<<(unsigned)(n / 262144ull) * 256u, 256" in src
     assert "A channels-last result is read as made (no copy back to NCHW) by k0" in src
 
 

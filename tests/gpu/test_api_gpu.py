@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 import torchweld
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              pytest.mark.usefixtures("strict_fp32")]
 
 
 class MLP(nn.Module):
