@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conv_harness import TOLERANCE, bind, build_emu, errors, operands, oracle, result, site, sweep
+from helpers import sweep_ways
 from torchweld.codegen.conv_spec import plan, unsupported
 
 GXX = shutil.which("g++")
@@ -38,7 +39,11 @@ def test_cases_cover_the_reductions():
     assert any(h > bm for h, bm in hw) and any(2 * h < bm for h, bm in hw)  # images over two tiles, tiles over 3+ images
 
 
-@pytest.mark.parametrize("case, cc, vec", [pytest.param(c, cc, v, id=f"{c.id}-{cc}-{v}") for c in CASES for cc, v in WAYS])
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.name == "test_emulated_reduction_matches_fp64":  # NOTE: every way per site under --full-sweep
+        sweep_ways(metafunc, "case, cc, vec", CASES, WAYS, [c.id for c in CASES])
+
+
 def test_emulated_reduction_matches_fp64(emu, case, cc, vec):
     """The reduced result (and the full output where stored) within the precision's tolerance, every
     element written, nothing outside the views, no full output where it is not stored."""
