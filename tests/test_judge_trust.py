@@ -182,7 +182,7 @@ def test_a_hang_is_a_timeout_and_the_candidates_process_goes(tmp_path):
                                       "        import time\n        while True:\n"
                                       f"            open({str(mark)!r}, 'a').write('x')\n"
                                       "            time.sleep(0.05)\n", 1))
-    r = judge(tmp_path / "hang.py", timing=False, timeout_s=20)
+    r = judge(tmp_path / "hang.py", timing=False, timeout_s=12)
     assert r["outcome"] == "timeout" and "correctness" in r["message"], r["message"]
     size = mark.stat().st_size
     time.sleep(0.5)
