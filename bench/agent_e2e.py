@@ -6,7 +6,8 @@ SEEDS_DIR holds the recorded replies (../shared/seeds: 000_*.txt ...; they stay 
 server on 127.0.0.1 answers each conversation's first request with that seed problem's recorded reply; a later
 request gets seed 002's mended reply (tests/fixtures/judge/seed002_mended.py) for seed 002 and the same reply
 again for the others (the loop judges repeated code once). The real judge grades every answer. Writes
-OUT_DIR/trajectory.jsonl, OUT_DIR/summary.txt and the best answers, as the agent does.
+OUT_DIR/trajectory.jsonl, OUT_DIR/summary.txt and the best answers, as the agent does. The device machine's image
+has no `openai` (session 8's call stopped there): run bench/agent_wheels.sh here first and carry .whl.
 """
 from __future__ import annotations
 
