@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
-import torch
+import torch  # noqa: E402
 from gemm_harness import Case, call, errors, operands, oracle
 from torchweld.codegen.gemm import GemmSpec as G
 from torchweld.codegen.gemm_source import gemm_source
@@ -29,24 +29,29 @@ VARIANTS = {
     "wait_at_commit": [(COMMIT, "      twg_wgmma_commit();\n      twg_wgmma_wait<0>();\n      twg_keep(acc);\n      if constexpr (C::PIPE) {")],
     "both": [(DEC, ""), (INC, ""), (COMMIT, "      twg_wgmma_commit();\n      twg_wgmma_wait<0>();\n      twg_keep(acc);\n      if constexpr (C::PIPE) {")],
 }
-srcs = {}
-for v, subs in VARIANTS.items():
-    for c in CASES:
-        s = gemm_source([c.spec])
-        for a, b in subs:
-            assert a in s, (v, a[:40])
-            s = s.replace(a, b)
-        srcs[f"{v}__{c.id}"] = s
-out = Path("/tmp/gdiag"); out.mkdir(exist_ok=True)
-t0 = time.time(); libs = build_each(srcs, out, NVCC_FLAGS, 16); print(f"built {len(libs)} in {time.time()-t0:.0f}s", flush=True)
-for v in VARIANTS:
-    row = []
-    for c in CASES:
-        lib = ctypes.CDLL(str(libs[f"{v}__{c.id}"]))
-        path = getattr(lib, f"tw_gemm_path_{c.spec.name}")()
-        ops = operands(c, seed=3, device="cuda", fill="randn")
-        assert call(lib, c, ops, vec=1) == 0
-        torch.cuda.synchronize()
-        ref, _ = oracle(c, ops)
-        row.append(f"{c.id}[{path}] {errors(ops['out'][1], ref)[1]:.1e}")
-    print(f"{v:16s} " + "  ".join(row), flush=True)
+def main() -> None:
+    srcs = {}
+    for v, subs in VARIANTS.items():
+        for c in CASES:
+            s = gemm_source([c.spec])
+            for a, b in subs:
+                assert a in s, (v, a[:40])
+                s = s.replace(a, b)
+            srcs[f"{v}__{c.id}"] = s
+    out = Path("/tmp/gdiag"); out.mkdir(exist_ok=True)
+    t0 = time.time(); libs = build_each(srcs, out, NVCC_FLAGS, 16); print(f"built {len(libs)} in {time.time()-t0:.0f}s", flush=True)
+    for v in VARIANTS:
+        row = []
+        for c in CASES:
+            lib = ctypes.CDLL(str(libs[f"{v}__{c.id}"]))
+            path = getattr(lib, f"tw_gemm_path_{c.spec.name}")()
+            ops = operands(c, seed=3, device="cuda", fill="randn")
+            assert call(lib, c, ops, vec=1) == 0
+            torch.cuda.synchronize()
+            ref, _ = oracle(c, ops)
+            row.append(f"{c.id}[{path}] {errors(ops['out'][1], ref)[1]:.1e}")
+        print(f"{v:16s} " + "  ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
