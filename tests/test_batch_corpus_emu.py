@@ -1,8 +1,8 @@
 """Every corpus problem whose batch is a runtime size, at batch 1 and 2 (a slice of its own inputs) on the CPU
 emulator: its kernels run, never the original forward, and match eager within the judge's tolerance for the
 output's dtype (batch 1 and 2 keep the emulator quick; 3x the captured batch is tests/gpu/test_batch_gpu.py's).
-By default one problem in six of each family, within CI's time budget;
-`--full-sweep` runs all of them. tests/test_batch_corpus.py counts the runtime-batch files over the whole corpus.
+By default one problem in eight of each family, within CI's time budget;
+`--full-sweep` runs all of them. tests/test_corpus_compile.py counts the runtime-batch files over the whole corpus.
 
 NOTE: each chunk of problems runs in a process of its own: every emulated library keeps its threads' stacks
 mapped, and a process holding over a hundred of them runs out of memory maps."""
@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = sorted(p for p in (ROOT / "problems").rglob("*.py") if p.name != "__init__.py")
 CHUNK = 27
-SAMPLE = 6  # NOTE: one problem in SAMPLE by default
+SAMPLE = 8  # NOTE: one problem in SAMPLE by default
 
 
 def pytest_generate_tests(metafunc):
