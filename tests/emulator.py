@@ -241,6 +241,29 @@ def write_problem(tmp: Path, name: str, body: str) -> Path:
     return path
 
 
+def one_input_problem(tmp: Path, name: str, body: str, init: str, inputs: str) -> Path:
+    """A problem file whose Model has constructor line `init`, returns `body` of its one input x, and takes `inputs`."""
+    return write_problem(tmp, name, f"""import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init}
+
+    def forward(self, x):
+        return {body}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+""")
+
+
 def reference_and_new(problem_path: Path, new_cls, seed: int = 0):
     """(the problem's Model, new_cls() holding its weights), both built after torch.manual_seed(seed)."""
     namespace: dict = {}

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conv_harness import build_emu
-from emulator import poisoned_torch, reference_and_new, write_problem
+from emulator import one_input_problem, poisoned_torch, reference_and_new, write_problem
 from helpers import sweep_ways
 from torchweld.codegen.conv_kernel import spec
 from torchweld.options import Options
@@ -58,25 +58,7 @@ PROBLEMS = {
 
 def _problem(tmp: Path, name: str) -> Path:
     body, init, inputs = PROBLEMS[name]
-    return write_problem(tmp, name, f"""import torch
-
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        {init}
-
-    def forward(self, x):
-        return {body}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-""")
+    return one_input_problem(tmp, name, body, init, inputs)
 
 
 class _Lib:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from emulator import reference_and_new, write_problem
+from emulator import one_input_problem, reference_and_new, write_problem
 from test_conv_emit_emu import _emulated
 from torchweld.options import Options
 from torchweld.pipeline import compile_problem
@@ -71,25 +71,7 @@ REFUSED = {  # the plan keeps the reduce kernel apart: (forward's return, __init
 
 def _problem(tmp: Path, name: str, table: dict) -> Path:
     body, init, inputs, _ = table[name]
-    return write_problem(tmp, name, f"""import torch
-
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        {init}
-
-    def forward(self, x):
-        return {body}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-""")
+    return one_input_problem(tmp, name, body, init, inputs)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
