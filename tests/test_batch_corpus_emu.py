@@ -1,6 +1,7 @@
 """Every corpus problem whose batch is a runtime size, at batch 1 and 2 (a slice of its own inputs) on the CPU
-emulator: its kernels run, never the original forward, and match eager within the judge's tolerance for the
-output's dtype (batch 1 and 2 keep the emulator quick; 3x the captured batch is tests/gpu/test_batch_gpu.py's).
+emulator, and where its sequence length is one too, at lengths 1 and 3: its kernels run, never the original
+forward, and match eager within the judge's tolerance for the output's dtype (small slices keep the emulator
+quick; 3x the captured batch is tests/gpu/test_batch_gpu.py's).
 By default one problem in eight of each family, within CI's time budget;
 `--full-sweep` runs all of them. tests/test_corpus_compile.py counts the runtime-batch files over the whole corpus.
 
@@ -31,7 +32,8 @@ def pytest_generate_tests(metafunc):
 
 
 def check(path: Path, workdir: Path) -> str:
-    """'ok', 'specialised', or what went wrong at batch 1 or 2 (the emulated file written under `workdir`)."""
+    """'ok', 'specialised', or what went wrong at batch 1 or 2, or a sequence length of 1 or 3 (the emulated
+    file written under `workdir`)."""
     import torch
 
     from emulator import emulate, force_conv_layout, launching, mismatch
@@ -51,18 +53,19 @@ def check(path: Path, workdir: Path) -> str:
     new.__dict__["_tw_general"] = None  # NOTE: a call that fell back to the original forward fails here
     lib = sys.modules[type(new).__module__]._LIB
     inputs = problem.inputs()
-    for batch in (1, 2):
-        xs = [x[:batch].clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    sizes = [(1, None), (2, None)] + [(1, 1), (2, 3)] * bool(result.plan.guard.seq)
+    for batch, seq in sizes:
+        xs = [x[:batch, :seq].clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         del lib.launched[:]
         with torch.no_grad():
             want = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in xs])
             got = new(*xs)
         if set(lib.launched) != launching(result.plan):
-            return f"batch {batch}: launched {lib.launched}"
+            return f"batch {batch}, length {seq}: launched {lib.launched}"
         for g, w in zip(*[o if isinstance(o, (tuple, list)) else (o,) for o in (got, want)]):
             tol = TABLE.get(w.dtype, TABLE[torch.float32])
             if m := mismatch(g, w, 10 * tol.rtol, 10 * tol.atol):
-                return f"batch {batch}: {m}"
+                return f"batch {batch}, length {seq}: {m}"
     return "ok"
 
 

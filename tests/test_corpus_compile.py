@@ -67,6 +67,9 @@ def test_left_in_pytorch_sees_work_outside_kernels():
 # NOTE: 82 of 208 when only pointwise kernels and library calls carried the batch; raise it as more do
 BATCH_AT_LEAST = 190
 BATCHED: dict[Path, set[str]] = {}  # problem: the kinds of its kernels over a runtime batch ({} if specialised)
+# NOTE: 20 of 210 when the sequence length became a runtime size (per-token files: linears, norms, softmax)
+SEQ_AT_LEAST = 20
+SEQ: set[Path] = set()  # problems whose sequence length is a runtime size too
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -90,6 +93,9 @@ def _batch_said(path: Path, result) -> None:
     else:
         assert "Specialised dims: every dim of" in result.source or "Runtime dims" not in result.source, path
     BATCHED[path] = {k.kind for k in plan.kernels if k.batch} if plan.guard.batch else set()
+    if plan.guard.seq:
+        assert "Runtime dims: the batch and the sequence length" in result.source, path
+        SEQ.add(path)
 
 
 def test_corpus_files_with_a_runtime_batch_do_not_drop():
@@ -100,6 +106,7 @@ def test_corpus_files_with_a_runtime_batch_do_not_drop():
             _batch_said(path, compile_problem(load_problem(path)))
     runtime = [p for p in PROBLEMS if BATCHED[p]]
     kinds = set().union(*BATCHED.values())
-    print(f"runtime batch: {len(runtime)} of {len(PROBLEMS)} corpus files")
+    print(f"runtime batch: {len(runtime)} of {len(PROBLEMS)} corpus files, and sequence length: {len(SEQ)}")
     assert len(runtime) >= BATCH_AT_LEAST, len(runtime)
+    assert len(SEQ) >= SEQ_AT_LEAST, sorted(p.stem for p in SEQ)
     assert {"pointwise", "reduce", "pool", "depthwise"} <= kinds, kinds

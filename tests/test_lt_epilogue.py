@@ -130,10 +130,11 @@ def test_forward_times_every_way_under_the_files_tf32_flags():
     src = compile_problem(load_problem(MATMUL / "mlp3d_gelu_tanh_relu.py"), Options(precision="tf32")).source
     assert "cuBLAS (cuBLASLt too) and cuDNN may use TF32" in src
     fwd = src[src.index("    def forward("):src.index("    def _tw_general(")]
-    call = "v14, = _tw_lt(self, 'k1', _lt_k1, ('ours', 'addmm', 'epilogue'), v11, v10, p3)"
+    # NOTE: x too: the view back to (B, S, D) inside reads the sequence length from it
+    call = "v14, = _tw_lt(self, 'k1', _lt_k1, ('ours', 'addmm', 'epilogue'), v11, v10, p3, x)"
     assert fwd.index("_tw_tf32((True, True))") < fwd.index(call) < fwd.index("finally:")
     assert "_k1(" not in fwd.replace("_lt_k1", "") and "torch.mm" not in fwd  # every way lives in `_lt_k1`
-    lt_fn = src[src.index("def _lt_k1(module, way, v11, v10, p3):"):src.index("class ModelNew")]
+    lt_fn = src[src.index("def _lt_k1(module, way, v11, v10, p3, x):"):src.index("class ModelNew")]
     assert "torch._addmm_activation(p3, v11, v10, use_gelu=False)" in lt_fn
     assert "torch.addmm(p3, v11, v10)" in lt_fn and "return _k1(v13_lib, _tw_zero(module, 'k1', p3))" in lt_fn
     assert "torch.mm(v11, v10)" in lt_fn and "return _k1(v13_lib, p3)" in lt_fn

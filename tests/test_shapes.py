@@ -1,5 +1,6 @@
 """Shapes: the header says which dims the kernels are specialised to, and the first call that another
-shape sends to the original forward warns once, naming the dim and its value (CPU emulator)."""
+shape sends to the original forward warns once, naming the dim and its value (CPU emulator). The chain's
+inputs are (batch, sequence, features): its batch and sequence length are runtime sizes, its features not."""
 from __future__ import annotations
 
 import sys
@@ -18,7 +19,7 @@ import torch.nn as nn
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.bias = nn.Parameter(torch.randn(24))
+        self.bias = nn.Parameter(torch.randn(1))
 
     def forward(self, x, y):
         return torch.relu(x * 2.0 + self.bias) - y
@@ -57,19 +58,20 @@ def _calls(new, shapes):
 
 def test_header_names_the_specialised_dims(chain):
     _, result = chain
-    assert "Specialised dims: the others, x (batch, 10, 24); y (batch, 10, 24)" in result.source
-    assert "Runtime dims: the batch (dim 0 of every input; captured 6), any size from 1 to 8,947,848" in result.source
+    assert "Specialised dims: the others, x (batch, sequence, 24); y (batch, sequence, 24)" in result.source
+    assert ("Runtime dims: the batch and the sequence length (dims 0 and 1 of every input; captured 6 and 10), any "
+            "sizes whose product, the tokens, is from 1 to 89,478,485") in result.source
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ not installed")
 def test_first_fallback_for_a_shape_warns_once_naming_the_dim(chain):
     new_cls, _ = chain
     new = new_cls()
-    calls = _calls(new, [(6, 10, 24), (6, 11, 24), (6, 11, 24), (3, 10, 24), (6, 10, 24)])
+    calls = _calls(new, [(6, 10, 24), (6, 10, 25), (6, 10, 25), (3, 11, 24), (6, 10, 24)])
     said = [s for s, _ in calls]
     assert said[0] == [] and said[2:] == [[], [], []], said
-    assert len(said[1]) == 1 and "x.shape[1] is 11, not 10" in said[1][0] and "once" in said[1][0]
-    assert [ran for _, ran in calls] == [True, False, False, True, True]  # another batch runs the kernels
+    assert len(said[1]) == 1 and "x.shape[2] is 25, not 24" in said[1][0] and "once" in said[1][0]
+    assert [ran for _, ran in calls] == [True, False, False, True, True]  # another batch and length run the kernels
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ not installed")
@@ -79,8 +81,8 @@ def test_other_fallbacks_do_not_use_up_the_warning(chain):
     with torch.enable_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         new(torch.randn(6, 10, 24), torch.randn(6, 10, 24))  # grad mode: the original forward
-    said = _calls(new, [(6, 12, 24)])[0][0]
-    assert len(said) == 1 and "x.shape[1] is 12, not 10" in said[0]
+    said = _calls(new, [(6, 10, 26)])[0][0]
+    assert len(said) == 1 and "x.shape[2] is 26, not 24" in said[0]
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ not installed")
@@ -157,9 +159,9 @@ def test_one_emission_runs_its_kernels_at_other_batch_sizes(tmp_path, body, rest
 @pytest.mark.skipif(GXX is None, reason="g++ not installed")
 def test_beyond_the_largest_batch_takes_the_original(chain):
     new_cls, result = chain
-    assert result.plan.guard.batch == (6, (2**31 - 1) // 240)
+    assert result.plan.guard.batch == (6, (2**31 - 1) // 24) and result.plan.guard.seq == 10  # tokens of 24 elements
     source = result.source
-    assert "not 0 < x.shape[0] <= 8947848" in source and "y.shape[0] != x.shape[0]" in source
+    assert "not 0 < x.shape[0] * x.shape[1] <= 89478485" in source and "y.shape[0] != x.shape[0]" in source
 
 
 def test_a_batch_mixed_with_other_dims_stays_specialised(tmp_path):
@@ -233,4 +235,4 @@ def test_a_constant_made_from_the_batch_keeps_it_specialised(tmp_path):
     result = compile_problem(load_problem(write_problem(tmp_path, "sized", body)))
     assert result.plan.guard.batch == () and "Specialised dims: every dim of x (6, 10, 24)" in result.source
     same = compile_problem(load_problem(write_problem(tmp_path, "plain", CHAIN)))
-    assert same.plan.guard.batch == (6, 8947848)
+    assert same.plan.guard.batch == (6, 89478485) and same.plan.guard.seq == 10

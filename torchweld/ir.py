@@ -96,6 +96,15 @@ class Ref(str):
     __slots__ = ()
 
 
+@dataclass(frozen=True)
+class Dim:
+    """A size forward reads from an input at run time (`x.shape[1]`): a view's size where that dim is a
+    runtime size (plan/batch.py)."""
+
+    of: str  # the input's node name
+    dim: int
+
+
 def flat_args(args):
     """Every argument, nested lists and tuples opened."""
     for a in args:
@@ -167,7 +176,9 @@ class Kernel:
     kind: str = "pointwise"  # or "reduce" / "pool": one anchor with its prologue and epilogue; "depthwise": conv + epilogue
     anchor: str = ""
     sms: int = 0  # reduce kernels: the multiprocessors their launch is sized for (tiling.layout; 0: its default)
-    batch: int = 0  # the captured size of dim 0 (the batch times a constant) where it is a runtime size, else 0
+    batch: int = 0  # the captured size of its leading `lead` dims (the batch, or its tokens, times a constant)
+    # where that is a runtime size, else 0
+    lead: int = 1  # the dims `batch` spans: 2 where the sequence length is a runtime size too (dims 0 and 1)
 
 
 @dataclass(frozen=True)
@@ -180,6 +191,8 @@ class Guard:
     modes: tuple[tuple[str, bool], ...] = ()  # (module path, training) of each norm the graph depends on the mode of
     grads: tuple[str, ...] = ()  # parameters and buffers forward reads: with grad mode on, one requiring grad takes the original
     batch: tuple[int, int] = ()  # (captured, largest): dim 0 of every tensor input is a runtime size up to the largest
+    # (with `seq`: the largest product of dims 0 and 1, the tokens)
+    seq: int = 0  # the captured size of dim 1 of every tensor input (the sequence) where that is a runtime size too
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from torchweld.capture import capture
 from torchweld.codegen.conv_kernel import check as conv_check
 from torchweld.codegen.gemm_kernel import check as gemm_check
 from torchweld.emit import emit, emit_passthrough
-from torchweld.ir import Graph, Plan
+from torchweld.ir import Dim, Graph, Plan
 from torchweld.options import Options, Precision  # noqa: F401  (callers take Options from here too)
 from torchweld.plan import plan
-from torchweld.plan.batch import sized_view, specialised
+from torchweld.plan.batch import runtime_batch, sized_view, specialised
 from torchweld.problem import Problem, ProblemError, load_problem
 from torchweld.simplify import simplify
 
@@ -47,27 +47,39 @@ def compile_problem(problem: Problem, options: Options = Options()) -> Result:
 
 
 def batch_checked(model, inputs: list, simplified: Graph, planned: Plan) -> Plan:
-    """`planned`, its runtime batch kept only where the model traced at another batch gives the same
-    graph: a constant forward derives from the batch (`x / x.size(0)`) is baked into the kernels."""
-    if not planned.guard.batch:
-        return planned
-    b = planned.guard.batch[0] + 1
-    views = {n.name for n in planned.graph.nodes if sized_view(n) and n.args[1][0] == -1}  # runtime_batch's
+    """`planned`, its runtime batch (and sequence length) kept only where the model traced at another batch
+    (sequence length) gives the same graph: a constant forward derives from the batch (`x / x.size(0)`,
+    `torch.arange(x.size(1))`) is baked into the kernels."""
+    if planned.guard.seq and not _same_at(model, inputs, simplified, planned, 1):
+        planned = runtime_batch(specialised(planned, simplified), seq=False)
+    if planned.guard.batch and not _same_at(model, inputs, simplified, planned, 0):
+        return specialised(planned, simplified)
+    return planned
+
+
+def _same_at(model, inputs: list, simplified: Graph, planned: Plan, dim: int) -> bool:
+    """Whether the model traced with dim `dim` of every tensor input one longer than captured gives the graph
+    `planned` was made from, its runtime sizes aside."""
+    size = planned.guard.seq + 1 if dim else planned.guard.batch[0] + 1
+    # runtime_batch's views: how many outer dims each takes at run time
+    views = {n.name: 1 + any(isinstance(a, Dim) for a in n.args[1]) for n in planned.graph.nodes
+             if sized_view(n) and n.args[1][0] == -1}
     # NOTE: inputs expanded from one sample first (no copy); where that traces otherwise (a view merging the
     # batch with another dim cannot be a view of an expanded input), one sample more than captured, contiguous
-    for make in (lambda x: x[:1].expand(b, *x.shape[1:]), lambda x: torch.cat([x, x[:1]])):
+    for make in (lambda x: x.narrow(dim, 0, 1).expand(*[size if i == dim else -1 for i in range(x.dim())]),
+                 lambda x: torch.cat([x, x.narrow(dim, 0, 1)], dim)):
         try:
             graph = simplify(capture(model, [make(x) if isinstance(x, torch.Tensor) else x for x in inputs]))
-        except Exception:  # another batch does not even trace: it stays specialised
+        except Exception:  # another size does not even trace: it stays specialised
             continue
         if _key(simplified, views) == _key(graph, views):
-            return planned
-    return specialised(planned, simplified)
+            return True
+    return False
 
 
-def _key(graph: Graph, views: set[str]) -> list:
-    """What must not change with the batch: each node, the batch's size in `views` (`view(b, -1)`) aside."""
-    return [(n.name, n.op, n.target, (n.args[0], n.shape[1:]) if n.name in views else n.args, n.attrs)
+def _key(graph: Graph, views: dict[str, int]) -> list:
+    """What must not change with the batch: each node, the runtime sizes in `views` (`view(b, -1)`) aside."""
+    return [(n.name, n.op, n.target, (n.args[0], n.shape[views[n.name]:]) if n.name in views else n.args, n.attrs)
             for n in graph.nodes]
 
 

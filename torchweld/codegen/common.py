@@ -151,10 +151,18 @@ def header(k: Kernel, nodes, summary: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def iteration(k: Kernel) -> str:
+    """A kernel's iteration shape as its comment says it, its runtime outer dims named."""
+    if not k.batch:
+        return f"{tuple(k.shape)}"
+    if k.lead > 1:
+        return "(any batch, any length)" + (f" x {tuple(k.shape[2:])}" if k.shape[2:] else "")
+    return f"(any batch) x {tuple(k.shape[1:])}"
+
+
 def anchored_header(k: Kernel, nodes) -> str:
     """The header of a kernel built around an anchor (a reduction, pool or convolution)."""
-    over = f"(any batch) x {tuple(k.shape[1:])}" if k.batch else f"{tuple(k.shape)}"
-    return header(k, nodes, f"{nodes[k.anchor].op} of {over} with {len(k.nodes) - 1} fused pointwise ops")
+    return header(k, nodes, f"{nodes[k.anchor].op} of {iteration(k)} with {len(k.nodes) - 1} fused pointwise ops")
 
 
 def batch_params(k: Kernel) -> tuple[str, str, str]:

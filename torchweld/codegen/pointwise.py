@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from math import prod
 
-from torchweld.codegen.common import (ITEMSIZE, STORAGE, THREADS, Launch, compute, header, in_ptr, index_expr,
+from torchweld.codegen.common import (ITEMSIZE, STORAGE, THREADS, Launch, compute, header, in_ptr, index_expr, iteration,
                                       operands, params, reach, vec_class)
 from torchweld.ir import Graph, Kernel
 
@@ -37,8 +37,7 @@ def source(kernel: Kernel, graph: Graph) -> str:
     itype = "u" if max([n] + [reach(nodes[o.name]) for o in ops]) < 2**31 else "ull"  # NOTE: a slice reads past n
     ctype_i = "unsigned int" if itype == "u" else "unsigned long long"
     body = [_kernel(kernel, nodes, ops, v, n, itype, ctype_i) for v in sorted({1, vec})]
-    over = f"(any batch) x {tuple(kernel.shape[1:])}" if kernel.batch else f"{tuple(kernel.shape)}"
-    head = header(kernel, nodes, f"fuses {len(kernel.nodes)} ops over {over}")
+    head = header(kernel, nodes, f"fuses {len(kernel.nodes)} ops over {iteration(kernel)}")
     return head + "\n".join(body) + _launcher(kernel, nodes, vec, n, ctype_i)
 
 

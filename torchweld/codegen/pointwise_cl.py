@@ -15,6 +15,7 @@ from dataclasses import replace
 from math import prod
 
 from torchweld.codegen.common import (ITEMSIZE, STORAGE, THREADS, compute, compute_type, header, in_ptr, index_expr,
+                                      iteration,
                                       operands, params, reach, variant_name, vec_class)
 from torchweld.ir import Graph, Kernel
 from torchweld.tiling import ChannelsLastTile, channels_last_tile
@@ -57,7 +58,7 @@ def source(k: Kernel, graph: Graph, strides: dict[str, tuple]) -> str:
     launch += ["  return (int)cudaGetLastError();", "}\n"]
     head = header(replace(k, name=name), nodes,
                   f"the channels-last build of {k.name}; fuses {len(k.nodes)} ops over "
-                  + (f"(any batch) x {tuple(k.shape[1:])}" if k.batch else f"{tuple(k.shape)}"))
+                  + iteration(k))
     return head + "\n".join(body) + "\n".join(launch)
 
 

@@ -6,7 +6,7 @@ import math
 import torch
 
 from torchweld.codegen import py_lit
-from torchweld.ir import Node, Ref
+from torchweld.ir import Dim, Node, Ref
 
 
 def expr(a, nodes: dict[str, Node]) -> str:
@@ -18,6 +18,8 @@ def expr(a, nodes: dict[str, Node]) -> str:
         if n.op == "input":
             return n.target
         return str(a)
+    if isinstance(a, Dim):  # a runtime size: read from the input (plan/batch.py)
+        return f"{expr(Ref(a.of), nodes)}.shape[{a.dim}]"
     if isinstance(a, (list, tuple)):
         inner = ", ".join(expr(x, nodes) for x in a)
         return f"[{inner}]"

@@ -27,8 +27,10 @@ def guard_conditions(plan: Plan, inputs: list[Node], same_init: bool, fetched: f
         f"{_shape_test(n, plan)} or {n.target}.dtype != torch.{n.dtype}" for n in tensors]
     if plan.guard.batch and tensors:  # NOTE: the batch is a runtime size: the same in every input, 1 to the largest
         first = tensors[0].target
-        conds.append(f"not 0 < {first}.shape[0] <= {plan.guard.batch[1]}")
-        conds += [f"{n.target}.shape[0] != {first}.shape[0]" for n in tensors[1:]]
+        # NOTE: with the sequence, the tokens (batch times sequence length) are bounded, and both are the same everywhere
+        lead = 1 + bool(plan.guard.seq)
+        conds.append(f"not 0 < {' * '.join(f'{first}.shape[{i}]' for i in range(lead))} <= {plan.guard.batch[1]}")
+        conds += [f"{n.target}.shape[{i}] != {first}.shape[{i}]" for n in tensors[1:] for i in range(lead)]
     conds += [f"{n.target} != {n.attr('value')!r}" for n in inputs if n not in tensors]
     if tensors:  # NOTE: kernels launch on the current device: every tensor they read must live there
         first = tensors[0].target
@@ -75,7 +77,10 @@ def _uncaptured(signature: str, inputs: list[Node]) -> tuple[list[str], str]:
 
 
 def _shape_test(n: Node, plan: Plan) -> str:
-    """The guard's test of input `n`'s shape: every dim, or those after the batch where it is a runtime size."""
+    """The guard's test of input `n`'s shape: every dim, or those after the batch (and the sequence) where it
+    is a runtime size."""
+    if plan.guard.seq:  # NOTE: a test of the rank too: `x.shape[2:]` of a 2-dim input is ()
+        return f"{n.target}.dim() != 3 or {n.target}.shape[2:] != {tuple(n.shape[2:])!r}"
     if plan.guard.batch:
         return f"{n.target}.shape[1:] != {tuple(n.shape[1:])!r}"
     return f"{n.target}.shape != {tuple(n.shape)!r}"
@@ -85,7 +90,7 @@ def _note_lines(tensors: list[Node], plan: Plan) -> list[str]:
     """The fallback's warning, once per module, where an input's shape is not the kernels' (runtime/shape_note.py)."""
     if not tensors:
         return []
-    batch = bool(plan.guard.batch)
+    batch = bool(plan.guard.batch) + bool(plan.guard.seq)
     built = ", ".join(f"({n.target!r}, {n.target}, {((None,) * batch + tuple(n.shape[batch:]))!r})" for n in tensors)
     return ['            if "_tw_warned" not in self.__dict__:',
             f"                _tw_shape_note(self, ({built},))"]

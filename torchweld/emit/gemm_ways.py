@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchweld.emit.exprs import aten_line, expr
-from torchweld.ir import Kernel, Plan, Ref
+from torchweld.ir import Dim, Kernel, Plan, Ref, flat_args
 from torchweld.plan.gemm_sites import GemmSite
 
 
@@ -12,8 +12,9 @@ def gemm_way_args(site: GemmSite, k: Kernel, plan: Plan) -> list[str]:
     forward names them."""
     nodes, elided = plan.graph.by_name(), plan.elided_views
     made = site.views[-1] if site.views else site.gemm  # inside `_lt_<kernel>`
+    sizes = [a.of for v in site.views for a in flat_args(nodes[v].args) if isinstance(a, Dim)]  # read at run time
     return list(dict.fromkeys(expr(Ref(elided.get(a, a)), nodes)
-                              for a in (site.mat1, site.mat2, site.bias, *k.inputs) if a != made))
+                              for a in (site.mat1, site.mat2, site.bias, *k.inputs, *sizes) if a != made))
 
 
 def gemm_ways_function(site: GemmSite, k: Kernel, plan: Plan) -> str:

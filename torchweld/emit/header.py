@@ -132,6 +132,15 @@ def _shape_lines(plan: Plan) -> list[str]:
     tensors = [n for n in plan.graph.nodes if n.op == "input" and n.attr("value") is None]
     if not tensors:
         return []
+    if plan.guard.seq:
+        dims = "; ".join(f"{n.target} (batch, sequence, {', '.join(map(str, n.shape[2:]))})" for n in tensors)
+        rows = any(k.batch and k.kind != "pointwise" for k in plan.kernels)
+        takes = "their element count, or their rows, planes or blocks," if rows else "their element count"
+        b, s = plan.guard.batch[0], plan.guard.seq
+        return [f"Runtime dims: the batch and the sequence length (dims 0 and 1 of every input; captured {b} and {s}), "
+                f"any sizes whose product, the tokens, is from 1 to {plan.guard.batch[1]:,}: each token is computed on "
+                f"its own, and the kernels take {takes} at run time.",
+                f"Specialised dims: the others, {dims}; the first call of another shape warns once, naming the dim."]
     if plan.guard.batch:
         dims = "; ".join(f"{n.target} (batch, {', '.join(map(str, n.shape[1:]))})" for n in tensors)
         rows = any(k.batch and k.kind != "pointwise" for k in plan.kernels)  # NOTE: files of pointwise kernels alone as before

@@ -5,6 +5,8 @@ small kernel's whole run.
 """
 from __future__ import annotations
 
+from math import prod
+
 from torchweld.codegen import (contiguous_strides, is_contiguous, memory_order, operands, out_strides, reduce_launch,
                                variant_aligned, variant_name, vec_class, vector_width)
 from torchweld.emit.conv_wrapper import conv_wrappers
@@ -33,9 +35,10 @@ def stride_spec(n: Node):
     return None if is_contiguous(n) else tuple(n.stride)
 
 
-def _prepare(names: list[str], nodes: dict, contiguous: tuple = (), batch: int = 0) -> list[str]:
+def _prepare(names: list[str], nodes: dict, contiguous: tuple = (), batch: int = 0, lead: int = 1) -> list[str]:
     """Lay a kernel's operands out as it indexes them (`contiguous`: those it reads contiguous
-    whatever their captured strides; `batch`: the kernel's dim 0 where it is a runtime size). Their device,
+    whatever their captured strides; `batch`: the kernel's outer size where it is a runtime size, over its
+    `lead` outer dims: 2 where the sequence length is a runtime size too). Their device,
     dtype and shape need no check here: forward's guard checked the inputs and parameters, and values made
     inside forward follow."""
     lines = []
@@ -45,6 +48,9 @@ def _prepare(names: list[str], nodes: dict, contiguous: tuple = (), batch: int =
         if stride is None:
             lines.append(f"    if not a_{a}.is_contiguous():")
             lines.append(f"        a_{a} = a_{a}.contiguous()")
+        elif batch and lead > 1 and prod(shape[:2]) == batch:  # NOTE: dim 0's stride is the length's times dim 1's
+            lines.append(f"    a_{a} = _tw_layout(a_{a}, (a_{a}.shape[0], a_{a}.shape[1], *{shape[2:]!r}), "
+                         f"(a_{a}.shape[1] * {stride[1]}, *{stride[1:]!r}))")
         elif batch and shape[:1] == (batch,):  # NOTE: its dim 0 is the runtime batch's; its strides are not
             lines.append(f"    a_{a} = _tw_layout(a_{a}, (a_{a}.shape[0], *{shape[1:]!r}), {stride!r})")
         else:
@@ -112,7 +118,7 @@ def _reduce_wrapper(k: Kernel, graph, into: dict[str, str]) -> str:
     if in_place:  # NOTE: the kernel updates the running statistics in place: a copy would lose the update
         lines.append(f"    assert {' and '.join(f'a_{a}.is_contiguous()' for a in in_place)}")
     flat = tuple(anchor.args[:2]) if k.kind == "depthwise" else ()  # the convolution's input and weight
-    lines += _prepare([a for a in k.inputs if a not in in_place], nodes, flat, k.batch)
+    lines += _prepare([a for a in k.inputs if a not in in_place], nodes, flat, k.batch, k.lead)
     operand_nodes = [nodes[a] for a in k.inputs]
     into_alloc, after = _into_lines(into, list(k.outputs))
     allocs = [into_alloc.pop(0) if o in into else _allocate(o, nodes[o].shape, nodes[o].dtype, operand_nodes)
@@ -122,14 +128,14 @@ def _reduce_wrapper(k: Kernel, graph, into: dict[str, str]) -> str:
     carrier = _carrier(k, nodes)
     lines += _batched(allocs, k, nodes, carrier)
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
-    ptrs += [f"a_{carrier}.shape[0]"] * bool(k.batch)  # NOTE: a runtime batch's size follows the pointers
+    ptrs += [_runtime(k, carrier)] * bool(k.batch)  # NOTE: a runtime batch's size follows the pointers
     if k.kind == "depthwise":
         lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}")
         lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
         return "\n".join(lines)
     launch = reduce_launch(k, graph)
     if launch.workspace:  # NOTE: per call, so that calls on two streams never share partial results
-        size = f"a_{carrier}.shape[0] * {launch.workspace // k.batch}" if k.batch else f"{launch.workspace}"
+        size = f"{_runtime(k, carrier)} * {launch.workspace // k.batch}" if k.batch else f"{launch.workspace}"
         lines.append(f"    ws = torch.empty({size}, dtype=torch.float32, device=a_{k.inputs[0]}.device)")
         ptrs.append("ws.data_ptr()")
     vec = "0"
@@ -152,7 +158,7 @@ def _pool_wrapper(k: Kernel, graph, cl_strides: dict[str, tuple]) -> str:
         f"def _{k.name}({', '.join(f'a_{a}' for a in k.inputs)}):",
         f'    """{k.name}: {anchor.op} with {len(k.nodes) - 1} fused pointwise ops; see its CUDA source above."""',
         *(_pick_build(cl_strides, nodes, k.batch) if cl_strides else []),
-        *_prepare([a for a in k.inputs if a not in cl_strides], nodes, batch=k.batch),
+        *_prepare([a for a in k.inputs if a not in cl_strides], nodes, batch=k.batch, lead=k.lead),
     ]
     allocs = []
     for o in k.outputs:
@@ -165,7 +171,7 @@ def _pool_wrapper(k: Kernel, graph, cl_strides: dict[str, tuple]) -> str:
     carrier = _carrier(k, nodes)
     lines += _batched(allocs, k, nodes, carrier)
     ptrs = [f"a_{a}.data_ptr()" for a in k.inputs] + [f"out_{o}.data_ptr()" for o in k.outputs]
-    ptrs += [f"a_{carrier}.shape[0]"] * bool(k.batch)
+    ptrs += [_runtime(k, carrier)] * bool(k.batch)
     lines += _launch(k, ptrs, "0", f"a_{k.inputs[0]}", "0" if cl_strides else None)
     lines.append(f"    return {', '.join(f'out_{o}' for o in k.outputs)},")
     return "\n".join(lines)
@@ -187,7 +193,7 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
         f"def _{k.name}({params}):",
         f'    """{k.name}: {len(k.nodes)} fused ops over {_over(k)}; see its CUDA source above."""',
         *(_pick_build(cl_strides, nodes, k.batch) if cl_strides else []),
-        *_prepare([o.name for o in ops if o.name not in cl_strides], nodes, batch=k.batch),
+        *_prepare([o.name for o in ops if o.name not in cl_strides], nodes, batch=k.batch, lead=k.lead),
     ]
     over = plan.written_over
     into_alloc, after = _into_lines(into, [o for o, _ in outs])
@@ -197,8 +203,8 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
     if k.batch:  # NOTE: the batch is a runtime size: outputs not made like an operand take it from one
         # NOTE: of the kernel's rank: a lower-rank operand whose dim 0 happens to be as long is no carrier
         carrier = next(p.name for p in ops if len(nodes[p.name].shape) == len(k.shape)
-                       and nodes[p.name].shape[0] == k.batch)
-        allocs = [a.replace(f"torch.empty({tuple(k.shape)!r}", f"torch.empty((a_{carrier}.shape[0], *{tuple(k.shape[1:])!r})")
+                       and prod(nodes[p.name].shape[:k.lead]) == k.batch)
+        allocs = [a.replace(f"torch.empty({tuple(k.shape)!r}", f"torch.empty({_runtime_shape(k, carrier, k.shape)}")
                   for a in allocs]
     if any("device=dev" in a for a in allocs):
         lines.append(f"    dev = a_{ops[0].name}.device" if ops else "    dev = torch.device('cuda')")
@@ -219,25 +225,40 @@ def _pointwise_wrapper(k: Kernel, plan: Plan, into: dict[str, str]) -> str:
 
 
 def _carrier(k: Kernel, nodes: dict) -> str | None:
-    """The operand a runtime batch is read from (dim 0 of every batched operand: plan/batch.py)."""
-    return next((a for a in k.inputs if nodes[a].shape[:1] == (k.batch,)), None) if k.batch else None
+    """The operand a runtime batch is read from (the outer dims of every batched operand: plan/batch.py)."""
+    if not k.batch:
+        return None
+    return next((a for a in k.inputs if len(nodes[a].shape) >= k.lead and prod(nodes[a].shape[:k.lead]) == k.batch), None)
+
+
+def _runtime(k: Kernel, carrier: str) -> str:
+    """The runtime size of the kernel's outer dims, read from its carrier: the batch's, or the tokens'."""
+    return " * ".join(f"a_{carrier}.shape[{i}]" for i in range(k.lead))
+
+
+def _runtime_shape(k: Kernel, carrier: str, shape: tuple) -> str:
+    """`shape` as a Python tuple whose outer dims are the carrier's at run time."""
+    return f"({', '.join(f'a_{carrier}.shape[{i}]' for i in range(k.lead))}, *{tuple(shape[k.lead:])!r})"
 
 
 def _batched(allocs: list[str], k: Kernel, nodes: dict, carrier: str | None) -> list[str]:
-    """Allocation lines, each output whose dim 0 is a runtime batch made at the carrier's."""
+    """Allocation lines, each output whose outer dims are a runtime batch (tokens) made at the carrier's."""
     if not k.batch:
         return allocs
     out = []
     for o, line in zip(k.outputs, allocs):
         shape = tuple(nodes[o].shape)
-        if shape[:1] == (k.batch,):
-            line = line.replace(f"torch.empty({shape!r}", f"torch.empty((a_{carrier}.shape[0], *{shape[1:]!r})")
-            line = line.replace(f"torch.empty_strided({shape!r}",
-                                f"torch.empty_strided((a_{carrier}.shape[0], *{shape[1:]!r})")
+        if len(shape) >= k.lead and prod(shape[:k.lead]) == k.batch:
+            line = line.replace(f"torch.empty({shape!r}", f"torch.empty({_runtime_shape(k, carrier, shape)}")
+            line = line.replace(f"torch.empty_strided({shape!r}", f"torch.empty_strided({_runtime_shape(k, carrier, shape)}")
         out.append(line)
     return out
 
 
 def _over(k: Kernel) -> str:
-    """The iteration shape, its batch said where that is a runtime size."""
-    return f"(batch, {', '.join(map(str, k.shape[1:]))})" if k.batch else f"{tuple(k.shape)}"
+    """The iteration shape, its batch (and sequence) said where that is a runtime size."""
+    if not k.batch:
+        return f"{tuple(k.shape)}"
+    if k.lead > 1:
+        return f"({', '.join(['batch', 'sequence', *map(str, k.shape[2:])])})"
+    return f"(batch, {', '.join(map(str, k.shape[1:]))})"

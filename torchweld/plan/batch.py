@@ -4,49 +4,67 @@ dim 0, reductions, softmax and norms within a sample, pools, depthwise convoluti
 another dim, views that keep each sample whole rows of dim 0: `(B, S, D) -> (B*S, D)`, slices, splits and
 permutes behind dim 0, and a stack put in front of it that is unbound again: q, k, v), the kernels take it at
 run time and one file serves every batch size up to the largest their index type holds. Anything that mixes
-samples (batch norm's statistics, a sum over dim 0, a view across samples) keeps every dim specialised."""
+samples (batch norm's statistics, a sum over dim 0, a view across samples) keeps every dim specialised.
+
+Sequence-shaped inputs (every tensor input `(B, S, D)`) take their sequence length at run time too where each
+token is computed on its own in the same way: every value keeps `(B, S)` as its two outer dims, or their
+product as dim 0 (`(B*S, D)`, a linear's), and the kernels take the tokens (`B*S`) where they took the batch.
+Anything that mixes tokens (attention, a mean or scan over the sequence, a parameter sized by it) leaves the
+sequence specialised, and the batch as above."""
 from __future__ import annotations
 
 from dataclasses import replace
 from math import prod
 
-from torchweld.ir import (ANCHORS, AUX, CONCAT, CONV, CONVOLUTION, POINTWISE, POOL, VIEWS, Node, Plan, Ref,
-                          flat_args)
+from torchweld.ir import (ANCHORS, AUX, CONCAT, CONV, CONVOLUTION, NORM, POINTWISE, POOL, VIEWS, Dim, Node, Plan,
+                          Ref, flat_args)
 from torchweld.tiling import own_strides
 
 # Library calls that keep the batch as dim 0 of their result: the argument positions that may carry it.
 KEEPS_BATCH = {CONVOLUTION: (0,), "aten.mm.default": (0,), "aten.addmm.default": (1,), "aten.bmm.default": (0, 1),
                "aten.mv.default": (0,), "aten.scaled_dot_product_attention.default": (0, 1, 2)}
-# Views with no sizes in their arguments, and whether one moves dim 0 (`rank`: its input's).
-MOVES = {"aten.transpose.int": lambda n, rank: 0 in (n.args[1] % rank, n.args[2] % rank),
-         "aten.permute.default": lambda n, rank: n.args[1][0] % rank != 0,
-         "aten.unsqueeze.default": lambda n, rank: n.args[1] % (rank + 1) == 0,
-         "aten.squeeze.dim": lambda n, rank: n.args[1] % rank == 0,
-         "aten.slice.Tensor": lambda n, rank: n.args[1] % rank == 0, "aten.select.int": lambda n, rank: n.args[1] % rank == 0,
-         # NOTE: a tuple: each part (a getitem) keeps dim 0 as its input's
-         "aten.split.Tensor": lambda n, rank: len(n.args) < 3 or n.args[2] % rank == 0}
+# Views with no sizes in their arguments, and whether one moves one of the `lead` outer dims (`rank`: its input's).
+MOVES = {"aten.transpose.int": lambda n, rank, lead: min(n.args[1] % rank, n.args[2] % rank) < lead,
+         "aten.permute.default": lambda n, rank, lead: [d % rank for d in n.args[1][:lead]] != list(range(lead)),
+         "aten.unsqueeze.default": lambda n, rank, lead: n.args[1] % (rank + 1) < lead,
+         "aten.squeeze.dim": lambda n, rank, lead: n.args[1] % rank < lead,
+         "aten.slice.Tensor": lambda n, rank, lead: n.args[1] % rank < lead,
+         "aten.select.int": lambda n, rank, lead: n.args[1] % rank < lead,
+         # NOTE: a tuple: each part (a getitem) keeps the outer dims as its input's
+         "aten.split.Tensor": lambda n, rank, lead: len(n.args) < 3 or n.args[2] % rank < lead}
 # Kernel kinds whose grid or row count scales with a runtime batch (codegen's `outer`); gemm and conv: specialised.
 KINDS = frozenset({"pointwise", "reduce", "pool", "depthwise"})
 EXPAND, PERMUTE, SPLIT, UNBIND = "aten.expand.default", "aten.permute.default", "aten.split.Tensor", "aten.unbind.int"
 LIMIT = 2**31  # NOTE: kernels index with unsigned int where every offset is below this (codegen/pointwise.py)
+NO = (0, 0)  # (outer size, lead) of a value that does not keep the batch
 
 
-def runtime_batch(p: Plan) -> Plan:
-    """`p` with each kernel over the batch marked (Kernel.batch: the captured size of its dim 0, the batch
-    times a constant) and Guard.batch set, where the batch can be a runtime size; else `p` as it is."""
-    b, batched = _batch(p)
-    if not b:
-        return p
-    nodes = p.graph.by_name()
-    kernels = tuple(replace(k, batch=nodes[k.outputs[0]].shape[0]) if k.outputs[0] in batched else k
-                    for k in p.kernels)
-    largest = min([_largest(k, p, b) for k in kernels if k.batch] or [0])
-    if largest < b:
-        return p
-    # NOTE: a view that keeps the batch takes it from its input (`view(-1, ...)`): its captured size is no constant
-    graph = replace(p.graph, nodes=tuple(replace(n, args=(n.args[0], [-1, *n.shape[1:]])) if n.name in batched
-                                         and sized_view(n) else n for n in p.graph.nodes))
-    return replace(p, graph=graph, kernels=kernels, guard=replace(p.guard, batch=(b, largest)))
+def runtime_batch(p: Plan, seq: bool = True) -> Plan:
+    """`p` with each kernel over the batch marked (Kernel.batch: the captured size of its outer dims, the
+    batch, or the tokens, times a constant) and Guard.batch set, where the batch can be a runtime size, and
+    Guard.seq where the sequence length can be one too (tried first unless `seq` is false); else `p`."""
+    for tokens in (True, False) if seq else (False,):
+        b, s, batched = _batch(p, tokens)
+        if not b:
+            continue
+        units = b * (s or 1)  # NOTE: what the guard bounds: samples, or tokens where the sequence is a runtime size
+        nodes = p.graph.by_name()
+        kernels = tuple(replace(k, batch=prod(nodes[k.outputs[0]].shape[:batched[k.outputs[0]]]),
+                                lead=batched[k.outputs[0]]) if k.outputs[0] in batched else k for k in p.kernels)
+        largest = min([_largest(k, p, units) for k in kernels if k.batch] or [0])
+        if largest < units:
+            continue
+        first = next(n.name for n in p.graph.nodes if n.op == "input" and n.attr("value") is None)
+        graph = replace(p.graph, nodes=tuple(replace(n, args=(n.args[0], _sizes(n, batched[n.name], first)))
+                                             if n.name in batched and sized_view(n) else n for n in p.graph.nodes))
+        return replace(p, graph=graph, kernels=kernels, guard=replace(p.guard, batch=(b, largest), seq=s))
+    return p
+
+
+def _sizes(n: Node, lead: int, first: str) -> list:
+    """A view's sizes where its outer dims are runtime sizes: dim 0 from its input (`view(-1, ...)`: its
+    captured size is no constant) and the sequence, where it is a dim of its own, from the first input."""
+    return [-1, *n.shape[1:]] if lead == 1 else [-1, Dim(first, 1), *n.shape[2:]]
 
 
 def sized_view(n: Node) -> bool:
@@ -55,60 +73,81 @@ def sized_view(n: Node) -> bool:
             and len(n.args[1]) == len(n.shape) > 0)
 
 
-def _keeps(n: Node, batched: set[str], nodes: dict) -> bool:
-    """Whether anchor `n` (a reduction, norm, pool, depthwise convolution, scan or cat) keeps dim 0 of its
-    batched input as an outer dim of its iteration: each sample reduced or pooled on its own."""
+def _keeps(n: Node, batched: dict, nodes: dict, lead: int) -> bool:
+    """Whether anchor `n` (a reduction, norm, pool, depthwise convolution, scan or cat) keeps the `lead` outer
+    dims of its batched input as outer dims of its iteration: each sample (or token) reduced or pooled on its own."""
     refs = n.inputs()
+    rank = len(nodes[refs[0]].shape) if refs else 0
     if n.op in CONCAT:
-        return n.attr("dim") != 0 and all(r in batched for r in refs)
+        return n.attr("dim") % rank >= lead and all(r in batched for r in refs)
     if not refs or refs[0] not in batched or any(r in batched for r in refs[1:]):
         return False  # NOTE: a weight, a running statistic: only the data may carry the batch
-    if n.op == "batch_norm":
-        return False  # statistics over the batch
+    if n.op == "batch_norm" or lead > 1 and n.op in (NORM | POOL | CONV) - {"layer_norm"}:
+        return False  # statistics over the batch; norms, pools and convolutions whose channels are the sequence
     if n.op == "instance_norm":
         return not isinstance(n.args[3], Ref)  # NOTE: running statistics average over the batch
     if n.op in ("group_norm",) or n.op in POOL or n.op in CONV:
-        return len(nodes[refs[0]].shape) >= 3
-    return 0 not in n.attr("dims", (0,))
+        return rank >= 3
+    return all(d % rank >= lead for d in n.attr("dims", (0,)))
 
 
-def _dim0(n: Node, refs: list[str], carried: list[str], nodes: dict, b: int) -> int:
-    """The size of `n`'s dim 0 where it keeps the batch (the batch times a constant, as its batched
-    operands' dim 0 does), else 0."""
-    first = nodes[carried[0]].shape[0]
+def _broadcast(shape: tuple, rank: int, lead: int) -> bool:
+    """Whether an operand of `shape`, broadcast against a value of `rank` dims, is the same for every sample
+    (and token): size 1 wherever it lines up with one of the `lead` outer dims."""
+    return all(shape[i - (rank - len(shape))] == 1 for i in range(max(0, rank - len(shape)), lead))
+
+
+def _dim0(n: Node, refs: list[str], carried: list[str], nodes: dict, batched: dict, units: int,
+          seq: int) -> tuple[int, int]:
+    """(the captured size of `n`'s outer dims, how many) where it keeps the batch (the batch, or the tokens,
+    times a constant, as its batched operands' outer dims do), else NO."""
+    lead = batched[carried[0]]
+    outer = tuple(nodes[carried[0]].shape[:lead])
+    d = prod(outer)
     if n.op in POINTWISE:
         rank = len(n.shape)
-        aligned = all(len(nodes[a].shape) == rank and nodes[a].shape[0] == first for a in carried)
-        others = all(len(nodes[a].shape) < rank or nodes[a].shape[0] == 1 for a in refs if a not in carried)
-        return first if aligned and others else 0
+        aligned = all(len(nodes[a].shape) == rank and tuple(nodes[a].shape[:lead]) == outer for a in carried)
+        others = all(_broadcast(nodes[a].shape, rank, lead) for a in refs if a not in carried)
+        return (d, lead) if aligned and others else NO
     if n.op == "aten" and n.target in KEEPS_BATCH:
         where = [i for i, a in enumerate(n.args) if isinstance(a, Ref) and a in carried]
-        return first if set(where) <= set(KEEPS_BATCH[n.target]) else 0
+        return (d, 1) if lead == 1 and set(where) <= set(KEEPS_BATCH[n.target]) else NO
     if n.op == "aten" and n.target in VIEWS:
-        # NOTE: a reshape keeps the order of elements: each sample stays one run of whole rows of dim 0
-        return n.shape[0] if sized_view(n) and len(refs) == 1 and n.shape[0] % b == 0 else 0
-    if n.op == "aten" and n.target == EXPAND:  # NOTE: one that keeps dim 0 as it is (`expand(-1, ...)`)
+        # NOTE: a reshape keeps the order of elements: each sample (token) stays one run of whole rows of dim 0
+        if not sized_view(n) or len(refs) != 1:
+            return NO
+        if n.shape[0] % units == 0:
+            return n.shape[0], 1
+        return (units, 2) if seq and tuple(n.shape[:2]) == (units // seq, seq) else NO
+    if n.op == "aten" and n.target == EXPAND:  # NOTE: one that keeps the outer dims as they are (`expand(-1, ...)`)
         same = len(n.shape) == len(nodes[refs[0]].shape)  # NOTE: no new leading dim: -1 keeps dim 0's size
-        return first if sized_view(n) and len(refs) == 1 and same and n.shape[0] == first else 0
+        return (d, lead) if sized_view(n) and len(refs) == 1 and same and tuple(n.shape[:lead]) == outer else NO
     if n.op == "aten" and n.target in MOVES:
-        return first if len(refs) == 1 and not MOVES[n.target](n, len(nodes[refs[0]].shape)) else 0
+        return (d, lead) if len(refs) == 1 and not MOVES[n.target](n, len(nodes[refs[0]].shape), lead) else NO
     if n.op in ANCHORS:
-        return first if all(nodes[a].shape[0] == first for a in carried) and _keeps(n, set(carried), nodes) else 0
-    return first if n.op in (AUX, "getitem") else 0  # NOTE: a companion (a max's index), a part of a split
+        same = all(tuple(nodes[a].shape[:lead]) == outer for a in carried)
+        return (d, lead) if same and _keeps(n, batched, nodes, lead) else NO
+    return (d, lead) if n.op in (AUX, "getitem") else NO  # NOTE: a companion (a max's index), a part of a split
 
 
-def _batch(p: Plan) -> tuple[int, set[str]]:
-    """(the captured batch, the values whose dim 0 carries it) where it can be a runtime size, else (0, ())."""
+def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int]]:
+    """(the captured batch, the captured sequence length where `tokens` and that is a runtime size too, else 0,
+    {value: how many of its outer dims carry them}) where the batch can be a runtime size, else (0, 0, {})."""
+    fail = 0, 0, {}
     graph = p.graph
     tensors = [n for n in graph.nodes if n.op == "input" and n.attr("value") is None]
     if not tensors or p.cuda_graph or any(len(n.shape) < 2 for n in tensors):
-        return 0, set()
+        return fail
     b = tensors[0].shape[0]
     if b < 2 or any(n.shape[0] != b for n in tensors):
-        return 0, set()
+        return fail
+    seq = tensors[0].shape[1] if tokens else 0
+    if tokens and (seq < 2 or any(len(n.shape) != 3 or n.shape[1] != seq for n in tensors)):
+        return fail  # NOTE: sequence-shaped: every input (batch, sequence, features)
+    units = b * (seq or 1)
     nodes = graph.by_name()
-    batched = {n.name for n in tensors}  # values whose dim 0 is the batch times a constant
-    parts: dict[str, int] = {}  # a split or unbind (a tuple): the size of its parts' dim 0
+    batched = {n.name: 1 + bool(seq) for n in tensors}  # values whose outer dims are the batch (tokens) times a constant
+    parts: dict[str, tuple[int, int]] = {}  # a split or unbind (a tuple): its parts' outer size and dims
     behind: dict[str, int] = {}  # values whose dim 1 is the batch (q, k and v stacked in front): its size
     for n in graph.nodes:
         if n.op in ("input", "param"):
@@ -117,32 +156,38 @@ def _batch(p: Plan) -> tuple[int, set[str]]:
         carried = [a for a in refs if a in batched or a in behind]
         if not carried:
             continue  # made from parameters and constants alone
+        if len({batched.get(a, 1) for a in carried}) > 1:
+            return fail
         if n.op == "getitem":
-            d = parts.get(carried[0], 0)
+            d, lead = parts.get(carried[0], NO)
         elif any(a in behind for a in carried):  # NOTE: nothing but unbind and select may read such a value
-            d = _unstacked(n, behind[carried[0]]) if carried == refs[:1] and carried[0] in behind else 0
-        elif n.op == "aten" and n.target == PERMUTE and len(refs) == 1 and n.args[1][1] == 0 and len(n.shape) > 2:
+            d, lead = (_unstacked(n, behind[carried[0]]), 1) if carried == refs[:1] and carried[0] in behind else NO
+        elif (not seq and n.op == "aten" and n.target == PERMUTE and len(refs) == 1 and n.args[1][1] == 0
+              and len(n.shape) > 2):
             behind[n.name] = nodes[refs[0]].shape[0]  # NOTE: a stack of per-sample values in front of dim 0
             continue
         else:
-            d = _dim0(n, refs, carried, nodes, b)
+            d, lead = _dim0(n, refs, carried, nodes, batched, units, seq)
         if n.shape == () and n.target in (SPLIT, UNBIND) and d:
-            parts[n.name] = d if n.target == UNBIND else nodes[refs[0]].shape[0]
-        elif not d or n.shape[:1] != (d,):
-            return 0, set()
-        batched.add(n.name)
+            parts[n.name] = (d, 1) if n.target == UNBIND else (prod(nodes[refs[0]].shape[:lead]), lead)
+        elif not d or len(n.shape) < lead or prod(n.shape[:lead]) != d:
+            return fail
+        batched[n.name] = lead
     for k in p.kernels:
         if any(a in behind for a in (*k.inputs, *k.outputs)):
-            return 0, set()
+            return fail
         if any(a in batched for a in (*k.inputs, *k.outputs)):
-            d = nodes[k.outputs[0]].shape[0]
-            ok = k.kind in KINDS and k.outputs[0] in batched and all(
-                nodes[a].shape[0] == d and _outermost(nodes[a]) for a in (*k.inputs, *k.outputs) if a in batched)
-            # NOTE: the wrapper reads the batch from an operand whose dim 0 has its size: only the batched may
-            alike = [a for a in k.inputs if a not in batched and nodes[a].shape[:1] == (d,)]
+            o = k.outputs[0]
+            lead = batched.get(o, 1)
+            outer = tuple(nodes[o].shape[:lead])
+            ok = k.kind in KINDS and o in batched and all(
+                batched[a] == lead and tuple(nodes[a].shape[:lead]) == outer and _outermost(nodes[a], lead)
+                for a in (*k.inputs, *k.outputs) if a in batched)
+            # NOTE: the wrapper reads the batch from an operand whose outer dims have its sizes: only the batched may
+            alike = [a for a in k.inputs if a not in batched and tuple(nodes[a].shape[:lead]) == outer]
             if not ok or (k.kind != "pointwise" and alike):
-                return 0, set()
-    return b, batched
+                return fail
+    return b, seq, batched
 
 
 def _unstacked(n: Node, size: int) -> int:
@@ -155,34 +200,43 @@ def _unstacked(n: Node, size: int) -> int:
     return 0
 
 
-def _outermost(n: Node) -> bool:
+def _outermost(n: Node, lead: int = 1) -> bool:
     """Dim 0 is outermost in memory, each sample one run past the last: kernels index it with no modulo,
-    at strides that do not change with the batch (a slice, a split's part, a permute behind dim 0)."""
+    at strides that do not change with the batch (a slice, a split's part, a permute behind dim 0). Where the
+    sequence is a runtime size too (`lead` 2), dims 0 and 1 are one such dim: dim 0's stride, the only one that
+    changes with the sequence length, is the length times dim 1's."""
     st = own_strides(tuple(n.shape), tuple(n.stride))
+    if lead > 1:
+        if st[0] != n.shape[1] * st[1]:
+            return False
+        return _outermost(replace(n, shape=(n.shape[0] * n.shape[1], *n.shape[2:]), stride=st[1:]))
     return st[0] >= 1 + sum((s - 1) * t for s, t in zip(n.shape[1:], st[1:]))
 
 
-def _share(n: Node, d: int) -> int:
-    """The elements one row of dim 0 spans in memory (its stride; a contiguous value's share of its size)."""
+def _share(n: Node, d: int, lead: int = 1) -> int:
+    """The elements one row of dim 0 (one token, where `lead` is 2) spans in memory (its stride; a contiguous
+    value's share of its size)."""
+    if lead > 1:
+        return prod(n.shape) // d  # NOTE: contiguous (_outermost)
     return max(prod(n.shape) // d, own_strides(tuple(n.shape), tuple(n.stride))[0])
 
 
 def _largest(k, p: Plan, b: int) -> int:
-    """The largest batch kernel `k`'s index type holds (its offsets scale with its dim 0, the batch times
-    a constant)."""
+    """The largest batch (`b`: the captured one; or tokens) kernel `k`'s index type holds (its offsets scale
+    with its outer size, the batch or tokens times a constant)."""
     nodes = p.graph.by_name()
     d = k.batch
     inner = prod(k.shape) // d
     reach = [1 + sum((s - 1) * st for s, st in zip(nodes[a].shape, own_strides(nodes[a].shape, nodes[a].stride)))
              for a in k.inputs]
     if k.kind != "pointwise":  # NOTE: dim 0 goes as a 32-bit size; outputs may outgrow the iteration (a pool's)
-        per = [_share(nodes[a], d) for a in (*k.inputs, *k.outputs) if nodes[a].shape[:1] == (d,)]
+        per = [_share(nodes[a], d, k.lead) for a in (*k.inputs, *k.outputs) if prod(nodes[a].shape[:k.lead]) == d]
         wide = max([prod(k.shape)] + reach + [x * d for x in per]) >= LIMIT
         most = min(2**62 // max([inner] + per) if wide else (LIMIT - 1) // max([inner] + per), LIMIT - 1)
         return most // (d // b)
     if max([prod(k.shape)] + reach) >= LIMIT:
         return 2**62 // inner // (d // b)  # NOTE: built with 64-bit indices already
-    per = [_share(nodes[a], d) for a in k.inputs if nodes[a].shape[:1] == (d,)]
+    per = [_share(nodes[a], d, k.lead) for a in k.inputs if prod(nodes[a].shape[:k.lead]) == d]
     return (LIMIT - 1) // max([inner] + per) // (d // b)
 
 
@@ -192,5 +246,5 @@ def specialised(p: Plan, captured) -> Plan:
     views = {n.name: n.args for n in captured.nodes if sized_view(n)}
     graph = replace(p.graph, nodes=tuple(replace(n, args=views[n.name]) if n.name in views else n
                                          for n in p.graph.nodes))
-    return replace(p, graph=graph, kernels=tuple(replace(k, batch=0) for k in p.kernels),
-                   guard=replace(p.guard, batch=()))
+    return replace(p, graph=graph, kernels=tuple(replace(k, batch=0, lead=1) for k in p.kernels),
+                   guard=replace(p.guard, batch=(), seq=0))

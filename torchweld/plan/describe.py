@@ -56,7 +56,10 @@ def decisions(plan: Plan) -> str:
     guard += [f"shape: {param(p)} (a depthwise kernel is built for it)" for p in plan.guard.shapes]
     guard += [f"mode: {m or 'the model'} in {'training' if t else 'eval'} mode" for m, t in plan.guard.modes]
     guard += [f"batch: dim 0 of every input, a runtime size from 1 to {plan.guard.batch[1]:,} (captured "
-              f"{plan.guard.batch[0]}; plan/batch.py); the other dims as captured"] if plan.guard.batch else []
+              f"{plan.guard.batch[0]}; plan/batch.py); the other dims as captured"] if plan.guard.batch and not plan.guard.seq else []
+    guard += [f"batch and sequence: dims 0 and 1 of every input, runtime sizes whose product is from 1 to "
+              f"{plan.guard.batch[1]:,} (captured {plan.guard.batch[0]} and {plan.guard.seq}; plan/batch.py); the "
+              "other dims as captured"] if plan.guard.seq else []
     guard += [f"grad mode: with it on, none of the inputs, {', '.join(param(p) for p in plan.guard.grads)} requires grad"
               if plan.guard.grads else "grad mode: with it on, no input requires grad"]
     parts = [  # (what, how it runs, entries, what to say where there are none)
