@@ -212,20 +212,43 @@ def test_emulated_file_matches_eager_each_way_forced(body, ways, shape, tmp_path
     with torch.no_grad():
         want = ref(x)
         assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4)
-        assert new._tw_lt_plans == {(k, -1): ("ours", {}) for k in ways} and "_tw_lt_zeros" not in new.__dict__
+        rows = 24  # NOTE: each GEMM's first matrix here has 24 rows: (site, device, size class) keys a pick
+        assert new._tw_lt_plans == {(k, -1, rows.bit_length()): ("ours", {}) for k in ways}
+        assert "_tw_lt_zeros" not in new.__dict__
         for way in ("addmm", "epilogue"):
-            new._tw_lt_plans = {(k, -1): (way if way in w else "ours", {}) for k, w in ways.items()}
+            new._tw_lt_plans = {(k, -1, rows.bit_length()): (way if way in w else "ours", {}) for k, w in ways.items()}
             lib.launched.clear()
             assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4), way
             assert lib.launched == [k for k, w in ways.items() if way != "epilogue" or way not in w], way
         zeros = new._tw_lt_zeros
         assert set(zeros) == {(k, -1, torch.float32) for k in ways}
         made = {key: id(z) for key, z in zeros.items()}
-        new._tw_lt_plans = {(k, -1): ("addmm", {}) for k in ways}
+        new._tw_lt_plans = {(k, -1, rows.bit_length()): ("addmm", {}) for k in ways}
         new(x)
         assert {key: id(z) for key, z in new._tw_lt_zeros.items()} == made  # not made again
         assert all(bool((z == 0).all() and z.signbit().all()) for z in zeros.values())
     assert list(new.state_dict()) == list(ref.state_dict())
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+def test_a_runtime_batch_and_length_pick_again_per_size_class(tmp_path):
+    """The batch and sequence length are runtime sizes here: each site measures its ways again where a call's
+    GEMM rows fall in another power-of-two class (a pick made at batch 1 would not fit the captured batch),
+    and never again within one."""
+    path = write_problem(tmp_path, "classes", EMU_MODEL.format(what="two linears", body=MLP, shape="3, 8, 48"))
+    new_cls, result = emulated_model(path, tmp_path)
+    assert result.plan.guard.seq == 8
+    ref, new = reference_and_new(path, new_cls)
+    new._tw_general = None  # NOTE: the fast path must run: a fallback to the original forward would fail here
+    picks = []
+    type(new).forward.__globals__["_tw_lt_pick"] = lambda module, fn, ways, args: picks.append(args[0].shape[0]) or ("ours", {})
+    with torch.no_grad():
+        for batch, seq in ((3, 8), (3, 8), (1, 1), (2, 10), (4, 5), (1, 2)):
+            x = torch.randn(batch, seq, 48)
+            assert torch.allclose(new(x), ref(x), atol=1e-4, rtol=1e-4), (batch, seq)
+    # rows 24, 1, 20 (the class of 24: 16 to 31) and 2: a pick per site at 24, 1 and 2
+    assert picks == [24, 24, 1, 1, 2, 2], picks
+    assert {key[2] for key in new._tw_lt_plans} == {5, 1, 2}
 
 
 def test_scaled_addmm_in_half_precision_has_only_ours():

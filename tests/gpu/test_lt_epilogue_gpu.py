@@ -71,10 +71,13 @@ def _inputs(problem, seed: int) -> list:
     return [t.cuda() for t in problem.inputs()]
 
 
-def _force(new, sites: dict, way: str) -> None:
-    """Every site runs `way` where it offers it, else ours."""
-    dev = torch.cuda.current_device()
-    new._tw_lt_plans = {(k, dev): (way if way in d.ways else "ours", {}) for k, d in sites.items()}
+def _force(new, sites: dict, way: str, x: list) -> None:
+    """Every site runs `way` where it offers it, else ours, at the size class of inputs `x` (a site picks per
+    class of its rows: a first call makes the keys)."""
+    if not new.__dict__.get("_tw_lt_plans"):
+        with torch.no_grad():
+            new(*x)
+    new._tw_lt_plans = {key: (way if way in sites[key[0]].ways else "ours", {}) for key in new._tw_lt_plans}
 
 
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["mlp3d_gelu_tanh_relu", "relu_then_gelu_tanh", "linear_log_softmax"])
@@ -89,19 +92,19 @@ def test_matches_eager_as_measured_and_forced(which, tmp_path, record_property):
             ok, max_abs, rel, why = compare(new(*x), ref(*x))
             assert ok, f"trial {trial} (as measured): {why}"
         plans = new._tw_lt_plans
-        assert set(plans) == {(k, dev) for k in sites}
-        for (kernel, _), (way, med) in plans.items():  # chosen or rejected by measurement, not by default
+        assert {key[:2] for key in plans} == {(k, dev) for k in sites} and len(plans) == len(sites)
+        for (kernel, *_), (way, med) in plans.items():  # chosen or rejected by measurement, not by default
             assert list(med) == list(sites[kernel].ways) and min(med.values()) > 0, (kernel, way, med)
             best = min(med, key=med.get)
             clear = med[best] < 0.97 * med["ours"] and med["ours"] - med[best] > 0.002
             assert way == (best if clear else "ours"), (kernel, way, med)
         choice = {k: f"{way} (ms: {', '.join(f'{w} {t:.4f}' for w, t in med.items())})"
-                  for (k, _), (way, med) in plans.items()}
+                  for (k, *_), (way, med) in plans.items()}
         record_property("lt_choice", choice)
         print(f"\n{path.stem}: {choice}")
         for forced in WAYS:
-            _force(new, sites, forced)
             x = _inputs(problem, 3000)
+            _force(new, sites, forced, x)
             ok, max_abs, rel, why = compare(new(*x), want := ref(*x))
             record_property(f"forced_{forced}_rel_error", rel)
             assert ok, f"forced {forced}: {why}"
@@ -122,8 +125,8 @@ def test_every_way_runs_under_precision_tf32(way, tmp_path):
     TF32's, not fp32 rounding's) and the flags are put back after the call."""
     problem, ref, new, sites = _load(MLP3D, tmp_path, precision="tf32")
     with fp32_mode(False), torch.no_grad():
-        _force(new, sites, way)
         x = _inputs(problem, 4000)
+        _force(new, sites, way, x)
         got, strict = new(*x), ref(*x)
         assert not torch.backends.cuda.matmul.allow_tf32
     ok, max_abs, rel, why = compare(got, strict, {torch.float32: 1e-2})

@@ -29,7 +29,7 @@ def header(plan: Plan, problem_name: str, options: Options = Options(), repeats:
         lines += [f"  {n.name} = {n.target}" for n in library]
     if plan.gemm_sites:
         lines.append("GEMM sites (`_tw_lt` times each way offered besides ours, the GEMM then its kernel, at the "
-                     "first call on each device,")
+                     "first call on each device and power-of-two class of the GEMM's rows,")
         lines.append("and keeps the fastest where it is clearly faster than ours):")
         lines += [f"  {k}: {describe_decision(decision)}" for k, decision in plan.gemm_sites.items()]
     if plan.gemm_ours:

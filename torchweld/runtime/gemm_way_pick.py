@@ -1,4 +1,5 @@
-"""Run a GEMM site the way measured fastest at its first call: ours, addmm or a cuBLASLt epilogue.
+"""Run a GEMM site the way measured fastest at its first call of each size class: ours, addmm or a cuBLASLt
+epilogue.
 
 Everything below the `pasted from here` line is pasted into emitted files (which need PyTorch
 alone) by emit/runtime.py; above it, what makes this a module of its own.
@@ -13,10 +14,12 @@ from torchweld.runtime.site_timing import _tw_time
 # Every way runs under the same TF32 flags (the fast path's), timing included.
 # --- pasted from here ---
 def _tw_lt(module, site, fn, ways, *args):
-    """`fn(module, way, *args)`, the way chosen once per site and device at its first call
-    (`_tw_lt_pick`) and kept beside the module as (way, {way: median ms})."""
+    """`fn(module, way, *args)`, the way chosen once per site, device and size class at its first call
+    there (`_tw_lt_pick`) and kept beside the module as (way, {way: median ms}). The size class is the bit
+    length of the rows of the GEMM's first matrix (args[0]): a runtime batch or sequence length changes
+    them, and the fastest way with them; a file called at one shape picks once."""
     plans = module.__dict__.setdefault("_tw_lt_plans", {})
-    key = (site, args[0].get_device())
+    key = (site, args[0].get_device(), args[0].shape[0].bit_length())
     plan = plans.get(key)
     if plan is None:
         plan = plans[key] = _tw_lt_pick(module, fn, ways, args)
