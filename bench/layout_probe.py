@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
                     ok, _, rel, _ = compare(m(*sets[0]), ref(*sets[0]))
                     row[f"{label}_ok"], row[f"{label}_rel"] = ok, rel
                 plans = models["planned"].__dict__.get("_tw_conv_plans", {})
-                row["picked"] = {site: [str(p[0][0]), p[0][1], [round(t, 4) for t in p[2]]] for site, p in plans.items()}
+                row["picked"] = {str(key): [str(p[0][0]), p[0][1], [round(t, 4) for t in p[1]]] for key, p in plans.items()}
                 row["eager"] = medians({"fn": ref}, sets, 60)["fn"]
                 for label, m in models.items():
                     row[label] = medians({"fn": m}, sets, 60)["fn"]

@@ -233,6 +233,7 @@ def force_conv_layout(model, channels_last: bool) -> None:
 
     type(model).forward.__globals__["_tw_pick"] = pick
     model.__dict__.pop("_tw_conv_plans", None)
+    model.__dict__.pop("_tw_conv_packed", None)
 
 
 def write_problem(tmp: Path, name: str, body: str) -> Path:

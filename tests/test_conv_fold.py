@@ -325,7 +325,7 @@ def test_a_packed_weight_holds_the_weight_it_was_packed_from():
     for _ in range(3):
         w = torch.randn(4, 3, 3, 3)
         got = scope["_tw_conv"](module, 0, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-        assert module.__dict__["_tw_conv_plans"][0][1][2] is w
+        assert module.__dict__["_tw_conv_packed"][(0, torch.channels_last)][2] is w
         assert torch.allclose(got, torch.nn.functional.conv2d(x, w, padding=1), atol=1e-5)
 
 

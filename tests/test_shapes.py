@@ -226,6 +226,33 @@ def test_conv_epilogue_at_other_batch_sizes(tmp_path, channels_last):
         assert torch.allclose(got, want, atol=1e-5), batch
 
 
+@pytest.mark.skipif(GXX is None, reason="g++ not installed")
+def test_a_convolution_picks_its_layout_per_batch_class(tmp_path):
+    """A runtime batch changes the convolution's shape: `_tw_conv` measures its layouts again at the first
+    call of each power-of-two class of the batch, never within one, and converts the weight once per layout."""
+    path = write_problem(tmp_path, "conv", CONV)
+    new_cls, result = emulated_model(path, tmp_path)
+    assert result.plan.guard.batch
+    namespace: dict = {}
+    exec(CONV, namespace)
+    ref = namespace["Model"]()
+    new = new_cls()
+    new.load_state_dict(ref.state_dict())
+    picks = []
+
+    def pick(x, w, args, fmt, to):  # NOTE: channels-last for even batches: both layouts run, each weight packed once
+        picks.append(x.shape[0])
+        return ((fmt if x.shape[0] % 2 == 0 else None), False), []
+
+    type(new).forward.__globals__["_tw_pick"] = pick
+    with torch.no_grad():
+        for batch in (1, 4, 7, 4, 2, 3, 16):
+            x = torch.randn(batch, 8, 6, 5)
+            assert torch.allclose(new(x), ref(x), atol=1e-5), batch
+    assert picks == [1, 4, 2, 16], picks  # classes 1, 4-7, 2-3 and 16-31
+    assert list(new._tw_conv_packed) == [(0, torch.channels_last)]
+
+
 def test_a_constant_made_from_the_batch_keeps_it_specialised(tmp_path):
     """`x / x.size(0)` bakes the batch into the kernel: traced at another batch, the graph differs."""
     from torchweld.pipeline import compile_problem

@@ -301,23 +301,23 @@ def _tw_pick(x, w, args, fmt, to):
 
 
 def _tw_conv(module, site, x, w, *args, to=torch.contiguous_format):
-    """aten.convolution at one site, in its measured layout, returned in layout `to` (None: as made);
-    the weight is converted once per version (an in-place update or load_state_dict bumps it) and
-    kept beside the module."""
+    """aten.convolution at one site, in the layout measured for its batch's power-of-two class, returned in
+    layout `to` (None: as made); the weight is converted once per version (an in-place update or
+    load_state_dict bumps it) and kept beside the module, one copy per site and layout."""
     plans = module.__dict__.setdefault("_tw_conv_plans", {})
-    plan = plans.get(site)
+    plan = plans.get((site, x.shape[0].bit_length()))
     if plan is None:
         fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
-        cfg, measured = _tw_pick(x, w, args, fmt, to)
-        plan = plans[site] = [cfg, None, measured]
-    cfg, packed = plan[0], plan[1]
+        plan = plans[(site, x.shape[0].bit_length())] = _tw_pick(x, w, args, fmt, to)
+    cfg = plan[0]
     if cfg == (None, False):  # NOTE: the usual pick: PyTorch's own call, nothing around it on the hot path
         return torch.convolution(x, w, *args)
     if cfg[0] is None:
         return _tw_conv_run(x, w, args, cfg, to)
-    key = (id(w), w.data_ptr(), w._version)
+    packs = module.__dict__.setdefault("_tw_conv_packed", {})
+    key, packed = (id(w), w.data_ptr(), w._version), packs.get((site, cfg[0]))
     if packed is None or packed[0] != key:  # NOTE: w is held, so no later weight (a re-folded one) reuses its id
-        packed = plan[1] = (key, w.contiguous(memory_format=cfg[0]), w)
+        packed = packs[(site, cfg[0])] = (key, w.contiguous(memory_format=cfg[0]), w)
     return _tw_conv_run(x, packed[1], args, cfg, to)
 
 
