@@ -55,6 +55,11 @@ MODELS = {
     "token_logsumexp": ("", "torch.logsumexp(x * y, -1) + 1.0", {"reduce"}),
     "feature_cumsum": ("", "torch.cumsum(torch.tanh(x), -1) * y", {"scan"}),
     "feature_cat": ("", "torch.cat([x, torch.sigmoid(y)], -1) * 2.0", {"concat"}),
+    # q, k, v from one linear, unbound from a stack in front; causal sdpa within each sample; heads merged back
+    "sdpa_block": ("self.qkv = nn.Linear(8, 24)\n        self.ln = nn.LayerNorm(8)",
+                   "self.ln(y + (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)"
+                   ".reshape(x.size(0), x.size(1), 8))(*self.qkv(x).view(x.size(0), x.size(1), 3, 2, 4)"
+                   ".permute(2, 0, 3, 1, 4).unbind(0)))", {"reduce"}),
 }
 # name -> (module attributes, forward's expression): each mixes tokens, so the sequence stays specialised
 REFUSED = {
@@ -65,6 +70,9 @@ REFUSED = {
     "last_token": ("", "torch.tanh(x[:, -1]) * y[:, -1]"),
     "length_constant": ("", "torch.relu(x) / x.size(1) + y"),  # 1 / 5 is baked into the kernel
     "positional_param": ("self.pos = nn.Parameter(torch.randn(5, 8))", "torch.relu(x + self.pos) * y"),
+    "sdpa_mask_param": ("self.mask = nn.Parameter(torch.randn(5, 5))",
+                        "torch.relu(F.scaled_dot_product_attention(x, y, y, attn_mask=self.mask)) + 1.0"),
+    "kernel_on_heads": ("", "torch.tanh(x.view(x.size(0), x.size(1), 2, 4).transpose(1, 2)).sum(-1).transpose(1, 2) + y[..., :2]"),
 }
 
 

@@ -8,9 +8,10 @@ samples (batch norm's statistics, a sum over dim 0, a view across samples) keeps
 
 Sequence-shaped inputs (every tensor input `(B, S, D)`) take their sequence length at run time too where each
 token is computed on its own in the same way: every value keeps `(B, S)` as its two outer dims, or their
-product as dim 0 (`(B*S, D)`, a linear's), and the kernels take the tokens (`B*S`) where they took the batch.
-Anything that mixes tokens (attention, a mean or scan over the sequence, a parameter sized by it) leaves the
-sequence specialised, and the batch as above."""
+product as dim 0 (`(B*S, D)`, a linear's), and the kernels take the tokens (`B*S`) where they took the batch;
+library calls alone may move both dims elsewhere (q, k, v permuted for sdpa, which attends within a sample).
+Anything that mixes tokens in a kernel (attention written out, a mean or scan over the sequence, a parameter
+sized by it) leaves the sequence specialised, and the batch as above."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -35,6 +36,8 @@ MOVES = {"aten.transpose.int": lambda n, rank, lead: min(n.args[1] % rank, n.arg
 # Kernel kinds whose grid or row count scales with a runtime batch (codegen's `outer`); gemm and conv: specialised.
 KINDS = frozenset({"pointwise", "reduce", "pool", "depthwise"})
 EXPAND, PERMUTE, SPLIT, UNBIND = "aten.expand.default", "aten.permute.default", "aten.split.Tensor", "aten.unbind.int"
+TRANSPOSE, SELECT, SDPA = "aten.transpose.int", "aten.select.int", "aten.scaled_dot_product_attention.default"
+RESHAPE = "aten.reshape.default"
 LIMIT = 2**31  # NOTE: kernels index with unsigned int where every offset is below this (codegen/pointwise.py)
 NO = (0, 0)  # (outer size, lead) of a value that does not keep the batch
 
@@ -44,7 +47,7 @@ def runtime_batch(p: Plan, seq: bool = True) -> Plan:
     batch, or the tokens, times a constant) and Guard.batch set, where the batch can be a runtime size, and
     Guard.seq where the sequence length can be one too (tried first unless `seq` is false); else `p`."""
     for tokens in (True, False) if seq else (False,):
-        b, s, batched = _batch(p, tokens)
+        b, s, batched, restored = _batch(p, tokens)
         if not b:
             continue
         units = b * (s or 1)  # NOTE: what the guard bounds: samples, or tokens where the sequence is a runtime size
@@ -55,8 +58,12 @@ def runtime_batch(p: Plan, seq: bool = True) -> Plan:
         if largest < units:
             continue
         first = next(n.name for n in p.graph.nodes if n.op == "input" and n.attr("value") is None)
-        graph = replace(p.graph, nodes=tuple(replace(n, args=(n.args[0], _sizes(n, batched[n.name], first)))
-                                             if n.name in batched and sized_view(n) else n for n in p.graph.nodes))
+        # NOTE: a view of what a library call brought back in front (sdpa's output transposed) reshapes: at
+        # another length the call may lay its result out otherwise, where a view would fail
+        graph = replace(p.graph, nodes=tuple(
+            replace(n, args=(n.args[0], _sizes(n, batched[n.name], first)),
+                    target=RESHAPE if n.args[0] in restored and n.target in VIEWS else n.target)
+            if n.name in batched and sized_view(n) else n for n in p.graph.nodes))
         return replace(p, graph=graph, kernels=kernels, guard=replace(p.guard, batch=(b, largest), seq=s))
     return p
 
@@ -130,10 +137,11 @@ def _dim0(n: Node, refs: list[str], carried: list[str], nodes: dict, batched: di
     return (d, lead) if n.op in (AUX, "getitem") else NO  # NOTE: a companion (a max's index), a part of a split
 
 
-def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int]]:
+def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str]]:
     """(the captured batch, the captured sequence length where `tokens` and that is a runtime size too, else 0,
-    {value: how many of its outer dims carry them}) where the batch can be a runtime size, else (0, 0, {})."""
-    fail = 0, 0, {}
+    {value: how many of its outer dims carry them}, the values a library call brought back in front) where the
+    batch can be a runtime size, else (0, 0, {}, set())."""
+    fail = 0, 0, {}, set()
     graph = p.graph
     tensors = [n for n in graph.nodes if n.op == "input" and n.attr("value") is None]
     if not tensors or p.cuda_graph or any(len(n.shape) < 2 for n in tensors):
@@ -149,13 +157,29 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int]]:
     batched = {n.name: 1 + bool(seq) for n in tensors}  # values whose outer dims are the batch (tokens) times a constant
     parts: dict[str, tuple[int, int]] = {}  # a split or unbind (a tuple): its parts' outer size and dims
     behind: dict[str, int] = {}  # values whose dim 1 is the batch (q, k and v stacked in front): its size
+    # with the sequence: values that library calls alone read (sdpa's q, k, v and output, their permutes, an
+    # unbound stack), whose batch and sequence dims are not the two outer ones: where they are
+    moved: dict[str, tuple[int, int]] = {}
+    restored: set[str] = set()  # values brought back in front by a library call: their strides are its choice
     for n in graph.nodes:
         if n.op in ("input", "param"):
             continue
         refs = [a for a in flat_args(n.args) if isinstance(a, Ref)]
-        carried = [a for a in refs if a in batched or a in behind]
+        carried = [a for a in refs if a in batched or a in behind or a in moved]
         if not carried:
             continue  # made from parameters and constants alone
+        if seq and (any(a in moved for a in carried) or _moves_outer(n, refs, nodes, batched)):
+            pos = _moved(n, refs, nodes, moved, batched)
+            if pos is None or pos != (0, 1) and not (n.shape == () or n.shape[pos[0]] % b == 0 and n.shape[pos[1]] == seq):
+                return fail
+            if pos == (0, 1):
+                if n.shape[1] != seq or n.shape[0] % b:
+                    return fail
+                batched[n.name] = 2  # NOTE: back in front (a transpose of sdpa's output): the usual rules again
+                restored.add(n.name)
+            else:
+                moved[n.name] = pos
+            continue
         if len({batched.get(a, 1) for a in carried}) > 1:
             return fail
         if n.op == "getitem":
@@ -174,7 +198,7 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int]]:
             return fail
         batched[n.name] = lead
     for k in p.kernels:
-        if any(a in behind for a in (*k.inputs, *k.outputs)):
+        if any(a in behind or a in moved for a in (*k.inputs, *k.outputs)):
             return fail
         if any(a in batched for a in (*k.inputs, *k.outputs)):
             o = k.outputs[0]
@@ -187,7 +211,41 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int]]:
             alike = [a for a in k.inputs if a not in batched and tuple(nodes[a].shape[:lead]) == outer]
             if not ok or (k.kind != "pointwise" and alike):
                 return fail
-    return b, seq, batched
+    return b, seq, batched, restored
+
+
+def _moves_outer(n: Node, refs: list[str], nodes: dict, batched: dict) -> bool:
+    """Whether `n` permutes or transposes the batch or the sequence of a `(B, S, ...)` value away from the
+    two outer dims (`view(B, S, 3, H, D).permute(2, 0, 3, 1, 4)`: q, k and v for sdpa)."""
+    return (n.op == "aten" and n.target in (PERMUTE, TRANSPOSE) and len(refs) == 1 and batched.get(refs[0]) == 2
+            and MOVES[n.target](n, len(nodes[refs[0]].shape), 2))
+
+
+def _moved(n: Node, refs: list[str], nodes: dict, moved: dict, batched: dict) -> tuple[int, int] | None:
+    """Where the batch and sequence dims of `n` lie, made by a library call that moves them and reads no
+    sample's tokens with another's (a permute or transpose, unbind or select of a stack in front, a getitem
+    of its parts, sdpa over the sequence within each sample and head), else None."""
+    def where(a):
+        return moved.get(a) or ((0, 1) if batched.get(a) == 2 else None)
+
+    pos = where(refs[0]) if refs else None
+    if pos is None or n.op not in ("aten", "getitem"):
+        return None
+    if n.op == "getitem":
+        return pos
+    rank = len(nodes[refs[0]].shape)
+    if n.target == PERMUTE and len(refs) == 1:
+        order = [d % rank for d in n.args[1]]
+        return order.index(pos[0]), order.index(pos[1])
+    if n.target == TRANSPOSE and len(refs) == 1:
+        swap = {n.args[1] % rank: n.args[2] % rank, n.args[2] % rank: n.args[1] % rank}
+        return swap.get(pos[0], pos[0]), swap.get(pos[1], pos[1])
+    front = n.args[1:2] in ((), (0,)) if n.target == UNBIND else n.target == SELECT and n.args[1] % rank == 0
+    if n.target in (UNBIND, SELECT) and len(refs) == 1 and front and 0 not in pos:
+        return pos[0] - 1, pos[1] - 1  # NOTE: a stack in front (q, k, v): each part keeps both dims, one earlier
+    if n.target == SDPA and refs == list(n.args[:3]) and all(where(a) == pos for a in refs):
+        return pos if pos[1] == len(n.shape) - 2 and pos[0] < pos[1] else None  # NOTE: attention within a sample
+    return None
 
 
 def _unstacked(n: Node, size: int) -> int:
