@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from emulator import GXX, emulated_model, launching, mismatch, write_problem
+from emulator import GXX, emulated_model, launching, mismatch, reference_and_new, write_problem
 from torchweld.codegen.registry import kind_of
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_problem
@@ -92,12 +92,7 @@ def test_kernels_run_at_other_sequence_lengths(tmp_path, name):
     held = {kind_of(k, nodes) for k in plan.kernels if k.batch}
     assert kinds <= held and all(k.batch for k in plan.kernels), [(k.name, kind_of(k, nodes), k.batch) for k in plan.kernels]
     assert "the batch and the sequence length" in result.source and "x (batch, sequence, 8)" in result.source
-    namespace: dict = {}
-    exec(path.read_text(), namespace)
-    torch.manual_seed(0)
-    ref = namespace["Model"]()
-    new = new_cls()
-    new.load_state_dict(ref.state_dict())
+    ref, new = reference_and_new(path, new_cls)
     new.__dict__["_tw_general"] = None  # NOTE: a call that fell back to the original forward fails here
     lib = sys.modules[type(new).__module__]._LIB
     for batch, seq in ((B, S), (1, 1), (1, 4 * S), (3 * B, 2 * S + 1), (2 * B, 1)):
