@@ -72,6 +72,11 @@ REFUSED = {
     "positional_param": ("self.pos = nn.Parameter(torch.randn(5, 8))", "torch.relu(x + self.pos) * y"),
     "sdpa_mask_param": ("self.mask = nn.Parameter(torch.randn(5, 5))",
                         "torch.relu(F.scaled_dot_product_attention(x, y, y, attn_mask=self.mask)) + 1.0"),
+    # the sdpa block's views, printed as reshapes while the length was a runtime size, are views again
+    "sdpa_length_constant": ("self.qkv = nn.Linear(8, 24)",
+                             "(lambda q, k, v: F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(x.size(0), "
+                             "x.size(1), 8))(*self.qkv(x).view(x.size(0), x.size(1), 3, 2, 4).permute(2, 0, 3, 1, 4)"
+                             ".unbind(0)) / x.size(1) + y"),
     "kernel_on_heads": ("", "torch.tanh(x.view(x.size(0), x.size(1), 2, 4).transpose(1, 2)).sum(-1).transpose(1, 2) + y[..., :2]"),
 }
 
@@ -115,13 +120,14 @@ def test_a_model_mixing_tokens_keeps_the_sequence_specialised(tmp_path, name):
     assert "x.shape[1]" not in result.source.split("class ModelNew")[1].split("def _tw_general")[0]
 
 
-@pytest.mark.parametrize("name", ["attention", "length_constant", "mean_over_tokens"])
+@pytest.mark.parametrize("name", ["attention", "length_constant", "mean_over_tokens", "sdpa_length_constant"])
 def test_a_model_mixing_tokens_keeps_its_runtime_batch(tmp_path, name):
     """These mix tokens, not samples: the batch stays a runtime size where the sequence cannot be one (a
     constant made from the length is found by tracing one token longer: pipeline.batch_checked)."""
     result = compile_problem(load_problem(write_problem(tmp_path, name, _body(*REFUSED[name]))))
     assert result.plan.guard.batch[0] == B and result.plan.guard.seq == 0 and all(k.batch for k in result.plan.kernels)
     assert "Runtime dims: the batch (dim 0 of every input" in result.source
+    assert not any(n.target == "aten.reshape.default" for n in result.plan.graph.nodes)
 
 
 def test_another_sequence_length_at_the_guard(tmp_path):

@@ -104,6 +104,9 @@ class Dim:
     of: str  # the input's node name
     dim: int
 
+    def __repr__(self) -> str:  # NOTE: as `explain` prints a graph: `x0.shape[1]`
+        return f"{self.of}.shape[{self.dim}]"
+
 
 def flat_args(args):
     """Every argument, nested lists and tuples opened."""

@@ -301,8 +301,8 @@ def _largest(k, p: Plan, b: int) -> int:
 def specialised(p: Plan, captured) -> Plan:
     """`p` with every dim specialised again (the model traced at another batch gave another graph), each
     view's sizes as in `captured`, the graph the plan was made from."""
-    views = {n.name: n.args for n in captured.nodes if sized_view(n)}
-    graph = replace(p.graph, nodes=tuple(replace(n, args=views[n.name]) if n.name in views else n
-                                         for n in p.graph.nodes))
+    views = {n.name: n for n in captured.nodes if sized_view(n)}  # NOTE: a reshape (runtime_batch's) a view again
+    graph = replace(p.graph, nodes=tuple(replace(n, args=views[n.name].args, target=views[n.name].target)
+                                         if n.name in views else n for n in p.graph.nodes))
     return replace(p, graph=graph, kernels=tuple(replace(k, batch=0, lead=1) for k in p.kernels),
                    guard=replace(p.guard, batch=(), seq=0))
