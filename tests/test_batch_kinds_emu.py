@@ -77,6 +77,16 @@ MODELS = {
     "time_major_step": ("", "torch.tanh(x.permute(1, 0, 2)[2]) * 2.0", (4, 3), {"pointwise"}),
     "bias_as_long_as_the_batch": ("self.b = nn.Parameter(torch.randn(4))", "(self.b + x) > 0.0", (4,), {"pointwise"}),
     "mv": ("self.w = nn.Parameter(torch.randn(7))", "torch.relu(x @ self.w)", (7,), {"pointwise"}),
+    # a batch-first LSTM (its h0 and c0 zeros made at the batch, per call) and its last step
+    "lstm_last_step": ("self.rnn = nn.LSTM(5, 6, num_layers=2, batch_first=True)", "torch.tanh(self.rnn(x)[0][:, -1]) * 2.0",
+                       (3, 5), {"pointwise"}),
+    # a GRU's final state, from an h0 forward makes at the batch: dim 1 of the states
+    "gru_state": ("self.rnn = nn.GRU(5, 6, batch_first=True)",
+                  "torch.relu(self.rnn(x, torch.zeros(1, x.size(0), 6))[1][0]) + 1.0", (3, 5), {"pointwise"}),
+    # a state made from x at the batch (`x.new_zeros(B, H)`) beside a step of the input
+    "new_zeros_state": ("self.fc = nn.Linear(9, 4)",
+                        "(lambda h: torch.tanh(self.fc(torch.cat([x[:, 0], h], 1)) + h))(x.new_zeros(x.size(0), 4))",
+                        (3, 5), {"pointwise"}),
 }
 # name -> forward's expression and input shape after the batch: each mixes samples
 REFUSED = {
@@ -88,6 +98,8 @@ REFUSED = {
     "kernel_over_a_stack": ("", "torch.relu(x.permute(1, 0, 2))", (6, 5)),  # the batch is dim 1 of the kernel
     "expand_new_leading_dim": ("", "torch.relu(x).expand(4, 4, 6, 5)", (6, 5)),  # dim 0 new: 4 is no batch
     "view_sized_by_a_constant": ("", "torch.softmax(x.view(8, -1), dim=-1)", (6, 5)),  # 8 = 2 x 4 only at batch 4
+    "zeros_as_long_as_the_batch": ("", "torch.relu(x + torch.zeros(4, 6, 5))", (6, 5)),  # 4 is the batch by chance
+    "lstm_sequence_first": ("self.rnn = nn.LSTM(5, 6)", "torch.tanh(self.rnn(x)[0]) * 2.0", (6, 5)),  # dim 0: steps
 }
 
 

@@ -66,20 +66,33 @@ def _same_at(model, inputs: list, simplified: Graph, planned: Plan, dim: int) ->
              if sized_view(n) and n.args[1][0] == -1}
     # NOTE: inputs expanded from one sample first (no copy); where that traces otherwise (a view merging the
     # batch with another dim cannot be a view of an expanded input), one sample more than captured, contiguous
+    # tensors made at the runtime size (`zeros(layers, B, H)`): (argument, position) of each such size
+    made = {n.name: [(i, j) for i, a in enumerate(n.args) if isinstance(a, list)
+                     for j, x in enumerate(a) if isinstance(x, Dim) and x.dim == dim]
+            for n in planned.graph.nodes if n.name not in views}
+    made = {k: v for k, v in made.items() if v}
     for make in (lambda x: x.narrow(dim, 0, 1).expand(*[size if i == dim else -1 for i in range(x.dim())]),
                  lambda x: torch.cat([x, x.narrow(dim, 0, 1)], dim)):
         try:
             graph = simplify(capture(model, [make(x) if isinstance(x, torch.Tensor) else x for x in inputs]))
         except Exception:  # another size does not even trace: it stays specialised
             continue
-        if _key(simplified, views) == _key(graph, views):
+        if _key(simplified, views, made, size - 1) == _key(graph, views, made, size):
             return True
     return False
 
 
-def _key(graph: Graph, views: dict[str, int]) -> list:
-    """What must not change with the batch: each node, the runtime sizes in `views` (`view(b, -1)`) aside."""
-    return [(n.name, n.op, n.target, (n.args[0], n.shape[views[n.name]:]) if n.name in views else n.args, n.attrs)
+def _key(graph: Graph, views: dict[str, int], made: dict, size: int) -> list:
+    """What must not change with the batch: each node, the runtime sizes in `views` (`view(b, -1)`) aside, and
+    those of the tensors `made` at the runtime size, where they are `size` (they must follow it)."""
+    def args(n):
+        out = [list(a) if isinstance(a, (list, tuple)) else a for a in n.args]
+        for i, j in made.get(n.name, ()):
+            if isinstance(out[i], list) and j < len(out[i]) and out[i][j] == size:
+                out[i][j] = "runtime"
+        return out
+
+    return [(n.name, n.op, n.target, (n.args[0], n.shape[views[n.name]:]) if n.name in views else args(n), n.attrs)
             for n in graph.nodes]
 
 

@@ -2,8 +2,9 @@
 as an outer dim of its own, each sample computed on its own (pointwise ops, library calls that keep it as
 dim 0, reductions, softmax and norms within a sample, pools, depthwise convolutions, scans and cats along
 another dim, views that keep each sample whole rows of dim 0: `(B, S, D) -> (B*S, D)`, slices, splits and
-permutes behind dim 0, and a stack put in front of it that is unbound again: q, k, v), the kernels take it at
-run time and one file serves every batch size up to the largest their index type holds. Anything that mixes
+permutes behind dim 0, a stack put in front of it that is unbound again: q, k, v, batch-first recurrences,
+and tensors forward makes at the batch's size: `x.new_zeros(B, H)`, nn.LSTM's `zeros(layers, B, H)`, made per call
+instead of once), the kernels take it at run time and one file serves every batch size up to the largest their index type holds. Anything that mixes
 samples (batch norm's statistics, a sum over dim 0, a view across samples) keeps every dim specialised.
 
 Sequence-shaped inputs (every tensor input `(B, S, D)`) take their sequence length at run time too where each
@@ -38,6 +39,11 @@ KINDS = frozenset({"pointwise", "reduce", "pool", "depthwise"})
 EXPAND, PERMUTE, SPLIT, UNBIND = "aten.expand.default", "aten.permute.default", "aten.split.Tensor", "aten.unbind.int"
 TRANSPOSE, SELECT, SDPA = "aten.transpose.int", "aten.select.int", "aten.scaled_dot_product_attention.default"
 RESHAPE = "aten.reshape.default"
+# Tensors made from sizes (the argument holding them): where the batch is one, made at the runtime batch
+MADE = {"aten.zeros.default": 0, "aten.ones.default": 0, "aten.full.default": 0, "aten.empty.memory_format": 0,
+        "aten.new_zeros.default": 1, "aten.new_ones.default": 1, "aten.new_full.default": 1, "aten.new_empty.default": 1}
+# Recurrences (capture/recurrent.py) with batch_first: output 0 keeps the batch as dim 0, the states as dim 1
+RECURRENT = frozenset({"aten.lstm.input", "aten.gru.input", "aten.rnn_tanh.input", "aten.rnn_relu.input"})
 LIMIT = 2**31  # NOTE: kernels index with unsigned int where every offset is below this (codegen/pointwise.py)
 NO = (0, 0)  # (outer size, lead) of a value that does not keep the batch
 
@@ -47,7 +53,7 @@ def runtime_batch(p: Plan, seq: bool = True) -> Plan:
     batch, or the tokens, times a constant) and Guard.batch set, where the batch can be a runtime size, and
     Guard.seq where the sequence length can be one too (tried first unless `seq` is false); else `p`."""
     for tokens in (True, False) if seq else (False,):
-        b, s, batched, restored = _batch(p, tokens)
+        b, s, batched, restored, made = _batch(p, tokens)
         if not b:
             continue
         units = b * (s or 1)  # NOTE: what the guard bounds: samples, or tokens where the sequence is a runtime size
@@ -63,9 +69,21 @@ def runtime_batch(p: Plan, seq: bool = True) -> Plan:
         graph = replace(p.graph, nodes=tuple(
             replace(n, args=(n.args[0], _sizes(n, batched[n.name], first)),
                     target=RESHAPE if n.args[0] in restored and n.target in VIEWS else n.target)
-            if n.name in batched and sized_view(n) else n for n in p.graph.nodes))
-        return replace(p, graph=graph, kernels=kernels, guard=replace(p.guard, batch=(b, largest), seq=s))
+            if n.name in batched and sized_view(n) else _at_batch(n, made.get(n.name), first) for n in p.graph.nodes))
+        # NOTE: a tensor made at the batch's size is made per call: no longer once, by `_tw_held`
+        return replace(p, graph=graph, kernels=kernels, guard=replace(p.guard, batch=(b, largest), seq=s),
+                       held=tuple(h for h in p.held if h not in made))
     return p
+
+
+def _at_batch(n: Node, at: int | None, first: str) -> Node:
+    """Tensor `n` made with its size `at` the runtime batch (`first`'s dim 0), where `at` is not None."""
+    if at is None:
+        return n
+    i = MADE[n.target]
+    size = list(n.args[i])
+    size[at] = Dim(first, 0)
+    return replace(n, args=(*n.args[:i], size, *n.args[i + 1:]))
 
 
 def _sizes(n: Node, lead: int, first: str) -> list:
@@ -137,11 +155,11 @@ def _dim0(n: Node, refs: list[str], carried: list[str], nodes: dict, batched: di
     return (d, lead) if n.op in (AUX, "getitem") else NO  # NOTE: a companion (a max's index), a part of a split
 
 
-def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str]]:
+def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str], dict[str, int]]:
     """(the captured batch, the captured sequence length where `tokens` and that is a runtime size too, else 0,
-    {value: how many of its outer dims carry them}, the values a library call brought back in front) where the
-    batch can be a runtime size, else (0, 0, {}, set())."""
-    fail = 0, 0, {}, set()
+    {value: how many of its outer dims carry them}, the values a library call brought back in front, {tensor
+    made from sizes: the one that is the batch}) where the batch can be a runtime size, else (0, 0, {}, set(), {})."""
+    fail = 0, 0, {}, set(), {}
     graph = p.graph
     tensors = [n for n in graph.nodes if n.op == "input" and n.attr("value") is None]
     if not tensors or p.cuda_graph or any(len(n.shape) < 2 for n in tensors):
@@ -161,13 +179,35 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str]]:
     # unbound stack), whose batch and sequence dims are not the two outer ones: where they are
     moved: dict[str, tuple[int, int]] = {}
     restored: set[str] = set()  # values brought back in front by a library call: their strides are its choice
+    made: dict[str, int] = {}  # tensors made at the batch's size (h0 = zeros(layers, B, H)): where it is
+    recurrent: dict[str, int] = {}  # batch-first recurrences (a tuple): their batch
     for n in graph.nodes:
         if n.op in ("input", "param"):
             continue
         refs = [a for a in flat_args(n.args) if isinstance(a, Ref)]
-        carried = [a for a in refs if a in batched or a in behind or a in moved]
+        carried = [a for a in refs if a in batched or a in behind or a in moved or a in recurrent]
+        at = _made_at(n, b) if not seq else None
+        if at is not None:  # NOTE: pipeline.batch_checked sees the size follow the batch, or specialises
+            made[n.name] = at
+            if at == 0:
+                batched[n.name] = 1
+            else:
+                behind[n.name] = b
+            continue
         if not carried:
             continue  # made from parameters and constants alone
+        if n.op == "aten" and n.target in RECURRENT:
+            d = _recurrence(n, refs, nodes, batched, behind)
+            if not d:
+                return fail
+            recurrent[n.name] = d
+            continue
+        if n.op == "getitem" and carried[0] in recurrent:  # NOTE: output 0 (B, S, H), the states (layers, B, H)
+            if n.args[1] == 0:
+                batched[n.name] = 1
+            else:
+                behind[n.name] = recurrent[carried[0]]
+            continue
         if seq and (any(a in moved for a in carried) or _moves_outer(n, refs, nodes, batched)):
             pos = _moved(n, refs, nodes, moved, batched)
             if pos is None or pos != (0, 1) and not (n.shape == () or n.shape[pos[0]] % b == 0 and n.shape[pos[1]] == seq):
@@ -211,7 +251,28 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str]]:
             alike = [a for a in k.inputs if a not in batched and tuple(nodes[a].shape[:lead]) == outer]
             if not ok or (k.kind != "pointwise" and alike):
                 return fail
-    return b, seq, batched, restored
+    if any(u in p.held and u not in made for m in made for u in graph.users()[m]):
+        return fail  # NOTE: a value made once from a tensor made per batch
+    return b, seq, batched, restored, made
+
+
+def _made_at(n: Node, b: int) -> int | None:
+    """Where the batch is among the sizes a tensor is made from (`x.new_zeros(B, H)`: 0; nn.LSTM's
+    `zeros(layers, B, H)`: 1), else None."""
+    if n.op != "aten" or n.target not in MADE or not isinstance(n.args[MADE[n.target]], (list, tuple)):
+        return None
+    size = list(n.args[MADE[n.target]])
+    return 0 if size[:1] == [b] else 1 if len(size) > 2 and size[1] == b and size[0] != b else None
+
+
+def _recurrence(n: Node, refs: list[str], nodes: dict, batched: dict, behind: dict) -> int:
+    """The batch of a batch-first recurrence whose input keeps it as dim 0 and whose initial states keep it
+    as dim 1, else 0 (a sequence-first one mixes the batch's dim with the steps')."""
+    x, states = n.args[0], [a for a in flat_args(n.args[1:2]) if isinstance(a, Ref)]
+    d = nodes[x].shape[0] if batched.get(x) == 1 else 0
+    ok = n.args[-1] is True and all(behind.get(h) == d for h in states) and (set(refs) - {x} - set(states)).isdisjoint(
+        batched)
+    return d if ok and d else 0
 
 
 def _moves_outer(n: Node, refs: list[str], nodes: dict, batched: dict) -> bool:
