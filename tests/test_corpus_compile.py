@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from test_grad_guard import check_grad_guard
 from torchweld.ir import LEAVES, LIBRARY, VIEWS, Graph, Ref
 from torchweld.pipeline import compile_problem
 from torchweld.problem import load_problem
@@ -79,6 +80,7 @@ def test_compiles_fast_to_kernels(path):
     result = compile_problem(load_problem(path))  # raises where the CLI would fall back
     seconds = time.perf_counter() - start
     _batch_said(path, result)
+    check_grad_guard(path, result)  # NOTE: issue 16's static check of every file, on this compile
     assert seconds < SECONDS, f"compiled in {seconds:.1f} s"
     # NOTE: held values (a mask built from constants) are made once, not per call (plan/held.py)
     done = {name for k in result.plan.kernels for name in k.nodes} | set(result.plan.held)

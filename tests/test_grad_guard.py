@@ -1,5 +1,6 @@
 """Training safety: forward's guard sends every call autograd would record to the original forward
-(statically on every corpus file; on the CPU emulator, gradients and running statistics as eager's)."""
+(statically on every corpus file, through tests/test_corpus_compile.py's compiles; on the CPU emulator,
+gradients and running statistics as eager's)."""
 from __future__ import annotations
 
 import re
@@ -24,10 +25,10 @@ def forward_guard(source: str) -> tuple[str, dict[str, str]]:
     return cond, fetched
 
 
-@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_guard_checks_grad_mode(problem):
-    """Every tensor input and every parameter forward reads is checked for requires_grad in grad mode."""
-    result = compile_problem(load_problem(problem))
+def check_grad_guard(problem: Path, result) -> None:
+    """Every tensor input and every parameter forward reads is checked for requires_grad in grad mode.
+
+    NOTE: called by tests/test_corpus_compile.py for every corpus file, on the compile it makes anyway."""
     graph = result.plan.graph
     cond, fetched = forward_guard(result.source)
     grad = cond.split("torch.is_grad_enabled() and (", 1)
@@ -40,6 +41,18 @@ def test_guard_checks_grad_mode(problem):
     assert want <= named, f"{problem.name}: not checked for requires_grad: {sorted(want - named)}"
     if any(n.op == "input" and n.attr("value") is None for n in graph.nodes):  # the fallback says why, once
         assert '_tw_shape_note(self, ((' in result.source and "Specialised dims: " in result.source
+
+
+@pytest.mark.parametrize("name", ["matmul/linear_relu", "norm/linear_batchnorm1d_train_tanh", "models/convnext_block"])
+def test_guard_checks_grad_mode(name):
+    """A few corpus files here (all of them in test_corpus_compile); a guard that forgets one fails."""
+    problem = ROOT / "problems" / f"{name}.py"
+    result = compile_problem(load_problem(problem))
+    check_grad_guard(problem, result)
+    broken = result.source.replace(" or p0.requires_grad", "", 1)
+    assert broken != result.source
+    with pytest.raises(AssertionError, match="not checked for requires_grad"):
+        check_grad_guard(problem, type(result)(**{**result.__dict__, "source": broken}))
 
 
 MLP = '''"""Linear, then a pointwise chain with a parameter; a batch norm in training mode."""
