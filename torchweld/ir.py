@@ -98,8 +98,8 @@ class Ref(str):
 
 @dataclass(frozen=True)
 class Dim:
-    """A size forward reads from an input at run time (`x.shape[1]`): a view's size where that dim is a
-    runtime size (plan/batch.py)."""
+    """A size forward reads from an input at run time (`x.shape[1]`): a view's size, or a made tensor's
+    (`zeros(layers, x.shape[0], H)`), where that dim is a runtime size (plan/batch.py)."""
 
     of: str  # the input's node name
     dim: int
