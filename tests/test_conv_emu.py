@@ -30,8 +30,11 @@ def emu(tmp_path_factory):
     return {cc: build_emu([c.spec for c in CASES], out, cc=cc) for cc in (80, 90)}
 
 
-def test_sweep_covers_every_setting_class():
-    specs = [plan(c.spec).spec for c in CASES]
+@pytest.mark.parametrize("which", ["all", "default"])
+def test_sweep_covers_every_setting_class(which):
+    """The whole sweep, and the sample of it CI runs by default, each hold every setting class."""
+    cases = CASES if which == "all" else _sampled(CASES[:len(CASES) - len(RANDOM) + 6])
+    specs = [plan(c.spec).spec for c in cases]
     assert {s.dims for s in specs} == {1, 2, 3} and {s.transposed for s in specs} == {False, True}
     assert {s.dtype for s in specs} == {"float32", "float16", "bfloat16"}
     assert {s.precision for s in specs} == {"3xtf32", "1xtf32", "native"}
@@ -39,21 +42,44 @@ def test_sweep_covers_every_setting_class():
         assert any(max(getattr(s, attr)) > 1 for s in specs)
     assert any(s.transposed and max(s.output_padding) > 0 for s in specs)
     assert any(s.groups > 1 and s.groups < s.cin for s in specs) and any(s.groups == s.cin > 1 for s in specs)
-    assert {plan(c.spec).vec for c in CASES} == {True, False}
-    assert {s.dims for c in CASES if plan(c.spec).phased for s in [c.spec]} == {1, 2, 3}
+    assert {plan(c.spec).vec for c in cases} == {True, False}
+    assert {s.dims for c in cases if plan(c.spec).phased for s in [c.spec]} == {1, 2, 3}
     assert {(s.pool, math.prod(s.pool_window)) for s in specs if s.pool} >= {("max", 2), ("max", 4), ("max", 8),
                                                                              ("avg", 2), ("avg", 8)}
-    assert {tuple(plan(c.spec).sm80[:4]) for c in CASES} >= set(TILES)
-    waves = {(plan(c.spec).sm90[:2], plan(c.spec).prec) for c in CASES if plan(c.spec).sm90}
+    assert {tuple(plan(c.spec).sm80[:4]) for c in cases} >= set(TILES)
+    waves = {(plan(c.spec).sm90[:2], plan(c.spec).prec) for c in cases if plan(c.spec).sm90}
     assert {(bm, bn) for (bm, bn), _ in waves} >= {(bm, bn) for bm in (64, 128) for bn in TILES90 if (bm == 128) != (bn in (16, 64))}
     assert {prec for _, prec in waves} == {0, 1, 3}
 
 
 def pytest_generate_tests(metafunc):
     if metafunc.definition.name == "test_emulated_conv_matches_fp64":
-        # NOTE: 6 of the random sites by default (CI's time budget), all under --full-sweep
-        cases = CASES if metafunc.config.getoption("--full-sweep") else CASES[:len(CASES) - len(RANDOM) + 6]
+        # NOTE: by default (CI's time budget) 6 of the random sites and every other case, with those that alone
+        # hold a setting class the coverage test names; all under --full-sweep (the kind is opt-in: --conv-ours)
+        cases = CASES if metafunc.config.getoption("--full-sweep") else _sampled(CASES[:len(CASES) - len(RANDOM) + 6])
         sweep_ways(metafunc, "case, cc, vec", cases, [(90, 1), (80, 1), (80, 0)], [c.id for c in cases])
+
+
+def _classes(case) -> set:
+    """The setting classes `test_sweep_covers_every_setting_class` asks of the sweep that `case` holds."""
+    p = plan(case.spec)
+    s = p.spec
+    return {("dims", s.dims), ("transposed", s.transposed), ("dtype", s.dtype), ("precision", s.precision),
+            ("vec", p.vec), ("phased", s.dims if p.phased else None), ("pool", s.pool, math.prod(s.pool_window)),
+            ("sm80", tuple(p.sm80[:4])), ("sm90", p.sm90[:2] if p.sm90 else None, p.prec),
+            ("groups", s.groups > 1 and s.groups < s.cin, s.groups == s.cin > 1),
+            ("output_padding", s.transposed and max(s.output_padding) > 0)}
+
+
+def _sampled(cases: list) -> list:
+    """Every other case, and each other one that holds a setting class none of those does."""
+    kept = cases[::2]
+    held = set().union(*map(_classes, kept))
+    for c in cases[1::2]:
+        if not _classes(c) <= held:
+            kept.append(c)
+            held |= _classes(c)
+    return sorted(kept, key=cases.index)
 
 
 def test_emulated_conv_matches_fp64(emu, case, cc, vec):
