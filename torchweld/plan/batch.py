@@ -18,32 +18,19 @@ from __future__ import annotations
 from dataclasses import replace
 from math import prod
 
+from torchweld.capture.recurrent import is_recurrence
 from torchweld.ir import (ANCHORS, AUX, CONCAT, CONV, CONVOLUTION, NORM, POINTWISE, POOL, VIEWS, Dim, Node, Plan,
                           Ref, flat_args)
+from torchweld.plan.batch_library import (MOVES, PERMUTE, RESHAPE, UNBIND, at_batch, made_at, moved_to,
+                                          moves_outer, recurrence, unstacked)
 from torchweld.tiling import own_strides
 
 # Library calls that keep the batch as dim 0 of their result: the argument positions that may carry it.
 KEEPS_BATCH = {CONVOLUTION: (0,), "aten.mm.default": (0,), "aten.addmm.default": (1,), "aten.bmm.default": (0, 1),
                "aten.mv.default": (0,), "aten.scaled_dot_product_attention.default": (0, 1, 2)}
-# Views with no sizes in their arguments, and whether one moves one of the `lead` outer dims (`rank`: its input's).
-MOVES = {"aten.transpose.int": lambda n, rank, lead: min(n.args[1] % rank, n.args[2] % rank) < lead,
-         "aten.permute.default": lambda n, rank, lead: [d % rank for d in n.args[1][:lead]] != list(range(lead)),
-         "aten.unsqueeze.default": lambda n, rank, lead: n.args[1] % (rank + 1) < lead,
-         "aten.squeeze.dim": lambda n, rank, lead: n.args[1] % rank < lead,
-         "aten.slice.Tensor": lambda n, rank, lead: n.args[1] % rank < lead,
-         "aten.select.int": lambda n, rank, lead: n.args[1] % rank < lead,
-         # NOTE: a tuple: each part (a getitem) keeps the outer dims as its input's
-         "aten.split.Tensor": lambda n, rank, lead: len(n.args) < 3 or n.args[2] % rank < lead}
 # Kernel kinds whose grid or row count scales with a runtime batch (codegen's `outer`); gemm and conv: specialised.
 KINDS = frozenset({"pointwise", "reduce", "pool", "depthwise"})
-EXPAND, PERMUTE, SPLIT, UNBIND = "aten.expand.default", "aten.permute.default", "aten.split.Tensor", "aten.unbind.int"
-TRANSPOSE, SELECT, SDPA = "aten.transpose.int", "aten.select.int", "aten.scaled_dot_product_attention.default"
-RESHAPE = "aten.reshape.default"
-# Tensors made from sizes (the argument holding them): where the batch is one, made at the runtime batch
-MADE = {"aten.zeros.default": 0, "aten.ones.default": 0, "aten.full.default": 0, "aten.empty.memory_format": 0,
-        "aten.new_zeros.default": 1, "aten.new_ones.default": 1, "aten.new_full.default": 1, "aten.new_empty.default": 1}
-# Recurrences (capture/recurrent.py) with batch_first: output 0 keeps the batch as dim 0, the states as dim 1
-RECURRENT = frozenset({"aten.lstm.input", "aten.gru.input", "aten.rnn_tanh.input", "aten.rnn_relu.input"})
+EXPAND, SPLIT = "aten.expand.default", "aten.split.Tensor"
 LIMIT = 2**31  # NOTE: kernels index with unsigned int where every offset is below this (codegen/pointwise.py)
 NO = (0, 0)  # (outer size, lead) of a value that does not keep the batch
 
@@ -69,21 +56,11 @@ def runtime_batch(p: Plan, seq: bool = True) -> Plan:
         graph = replace(p.graph, nodes=tuple(
             replace(n, args=(n.args[0], _sizes(n, batched[n.name], first)),
                     target=RESHAPE if n.args[0] in restored and n.target in VIEWS else n.target)
-            if n.name in batched and sized_view(n) else _at_batch(n, made.get(n.name), first) for n in p.graph.nodes))
+            if n.name in batched and sized_view(n) else at_batch(n, made.get(n.name), first) for n in p.graph.nodes))
         # NOTE: a tensor made at the batch's size is made per call: no longer once, by `_tw_held`
         return replace(p, graph=graph, kernels=kernels, guard=replace(p.guard, batch=(b, largest), seq=s),
                        held=tuple(h for h in p.held if h not in made))
     return p
-
-
-def _at_batch(n: Node, at: int | None, first: str) -> Node:
-    """Tensor `n` made with its size `at` the runtime batch (`first`'s dim 0), where `at` is not None."""
-    if at is None:
-        return n
-    i = MADE[n.target]
-    size = list(n.args[i])
-    size[at] = Dim(first, 0)
-    return replace(n, args=(*n.args[:i], size, *n.args[i + 1:]))
 
 
 def _sizes(n: Node, lead: int, first: str) -> list:
@@ -186,7 +163,7 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str], d
             continue
         refs = [a for a in flat_args(n.args) if isinstance(a, Ref)]
         carried = [a for a in refs if a in batched or a in behind or a in moved or a in recurrent]
-        at = _made_at(n, b) if not seq else None
+        at = made_at(n, b) if not seq else None
         if at is not None:  # NOTE: pipeline.batch_checked sees the size follow the batch, or specialises
             made[n.name] = at
             if at == 0:
@@ -196,8 +173,8 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str], d
             continue
         if not carried:
             continue  # made from parameters and constants alone
-        if n.op == "aten" and n.target in RECURRENT:
-            d = _recurrence(n, refs, nodes, batched, behind)
+        if is_recurrence(n):
+            d = recurrence(n, refs, nodes, batched, behind)
             if not d:
                 return fail
             recurrent[n.name] = d
@@ -208,8 +185,8 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str], d
             else:
                 behind[n.name] = recurrent[carried[0]]
             continue
-        if seq and (any(a in moved for a in carried) or _moves_outer(n, refs, nodes, batched)):
-            pos = _moved(n, refs, nodes, moved, batched)
+        if seq and (any(a in moved for a in carried) or moves_outer(n, refs, nodes, batched)):
+            pos = moved_to(n, refs, nodes, moved, batched)
             if pos is None or pos != (0, 1) and not (n.shape == () or n.shape[pos[0]] % b == 0 and n.shape[pos[1]] == seq):
                 return fail
             if pos == (0, 1):
@@ -225,7 +202,7 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str], d
         if n.op == "getitem":
             d, lead = parts.get(carried[0], NO)
         elif any(a in behind for a in carried):  # NOTE: nothing but unbind and select may read such a value
-            d, lead = (_unstacked(n, behind[carried[0]]), 1) if carried == refs[:1] and carried[0] in behind else NO
+            d, lead = (unstacked(n, behind[carried[0]]), 1) if carried == refs[:1] and carried[0] in behind else NO
         elif (not seq and n.op == "aten" and n.target == PERMUTE and len(refs) == 1 and n.args[1][1] == 0
               and len(n.shape) > 2):
             behind[n.name] = nodes[refs[0]].shape[0]  # NOTE: a stack of per-sample values in front of dim 0
@@ -254,69 +231,6 @@ def _batch(p: Plan, tokens: bool) -> tuple[int, int, dict[str, int], set[str], d
     if any(u in p.held and u not in made for m in made for u in graph.users()[m]):
         return fail  # NOTE: a value made once from a tensor made per batch
     return b, seq, batched, restored, made
-
-
-def _made_at(n: Node, b: int) -> int | None:
-    """Where the batch is among the sizes a tensor is made from (`x.new_zeros(B, H)`: 0; nn.LSTM's
-    `zeros(layers, B, H)`: 1), else None."""
-    if n.op != "aten" or n.target not in MADE or not isinstance(n.args[MADE[n.target]], (list, tuple)):
-        return None
-    size = list(n.args[MADE[n.target]])
-    return 0 if size[:1] == [b] else 1 if len(size) > 2 and size[1] == b and size[0] != b else None
-
-
-def _recurrence(n: Node, refs: list[str], nodes: dict, batched: dict, behind: dict) -> int:
-    """The batch of a batch-first recurrence whose input keeps it as dim 0 and whose initial states keep it
-    as dim 1, else 0 (a sequence-first one mixes the batch's dim with the steps')."""
-    x, states = n.args[0], [a for a in flat_args(n.args[1:2]) if isinstance(a, Ref)]
-    d = nodes[x].shape[0] if batched.get(x) == 1 else 0
-    ok = n.args[-1] is True and all(behind.get(h) == d for h in states) and (set(refs) - {x} - set(states)).isdisjoint(
-        batched)
-    return d if ok and d else 0
-
-
-def _moves_outer(n: Node, refs: list[str], nodes: dict, batched: dict) -> bool:
-    """Whether `n` permutes or transposes the batch or the sequence of a `(B, S, ...)` value away from the
-    two outer dims (`view(B, S, 3, H, D).permute(2, 0, 3, 1, 4)`: q, k and v for sdpa)."""
-    return (n.op == "aten" and n.target in (PERMUTE, TRANSPOSE) and len(refs) == 1 and batched.get(refs[0]) == 2
-            and MOVES[n.target](n, len(nodes[refs[0]].shape), 2))
-
-
-def _moved(n: Node, refs: list[str], nodes: dict, moved: dict, batched: dict) -> tuple[int, int] | None:
-    """Where the batch and sequence dims of `n` lie, made by a library call that moves them and reads no
-    sample's tokens with another's (a permute or transpose, unbind or select of a stack in front, a getitem
-    of its parts, sdpa over the sequence within each sample and head), else None."""
-    def where(a):
-        return moved.get(a) or ((0, 1) if batched.get(a) == 2 else None)
-
-    pos = where(refs[0]) if refs else None
-    if pos is None or n.op not in ("aten", "getitem"):
-        return None
-    if n.op == "getitem":
-        return pos
-    rank = len(nodes[refs[0]].shape)
-    if n.target == PERMUTE and len(refs) == 1:
-        order = [d % rank for d in n.args[1]]
-        return order.index(pos[0]), order.index(pos[1])
-    if n.target == TRANSPOSE and len(refs) == 1:
-        swap = {n.args[1] % rank: n.args[2] % rank, n.args[2] % rank: n.args[1] % rank}
-        return swap.get(pos[0], pos[0]), swap.get(pos[1], pos[1])
-    front = n.args[1:2] in ((), (0,)) if n.target == UNBIND else n.target == SELECT and n.args[1] % rank == 0
-    if n.target in (UNBIND, SELECT) and len(refs) == 1 and front and 0 not in pos:
-        return pos[0] - 1, pos[1] - 1  # NOTE: a stack in front (q, k, v): each part keeps both dims, one earlier
-    if n.target == SDPA and refs == list(n.args[:3]) and all(where(a) == pos for a in refs):
-        return pos if pos[1] == len(n.shape) - 2 and pos[0] < pos[1] else None  # NOTE: attention within a sample
-    return None
-
-
-def _unstacked(n: Node, size: int) -> int:
-    """The size of dim 0 of a value taken from the front of a stack whose dim 1 is the batch (`unbind(0)`,
-    `select(0, i)`), else 0."""
-    if n.op == "aten" and n.target == UNBIND and n.args[1:2] in ((), (0,)):
-        return size
-    if n.op == "aten" and n.target == "aten.select.int" and n.args[1] == 0 and n.shape[:1] == (size,):
-        return size
-    return 0
 
 
 def _outermost(n: Node, lead: int = 1) -> bool:
