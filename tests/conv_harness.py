@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -172,6 +173,14 @@ def build_emu(specs: list[ConvSpec], out_dir: Path, cc: int = 80, seed: int = 1,
     so.twg_emu_error.restype = ctypes.c_char_p
     so.twg_emu_config(cc, 0, seed)
     return so
+
+
+def emulators(tmp_path_factory, folder: str, cases: list) -> dict:
+    """{cc: the emulated library of `cases`' sites} for cc 8.0 and 9.0 (a module fixture's body; skips without g++)."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not installed")
+    out = tmp_path_factory.mktemp(folder)
+    return {cc: build_emu([c.spec for c in cases], out, cc=cc) for cc in (80, 90)}
 
 
 def _row_major(shape: tuple) -> tuple:

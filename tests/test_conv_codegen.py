@@ -109,21 +109,24 @@ def test_plan_gathers_in_16_bytes_only_where_chunks_stay_in_one_tap():
     assert not plan(site("a", cin=8, groups=4).spec).vec  # 2 channels a group
 
 
+def ptxas_logs(out, cases, *flags: str) -> dict[str, str]:
+    """{arch: nvcc's verbose ptxas log} of `cases`' sites built for each arch at once, in `out`; a failed build fails."""
+    cu = out / "sites.cu"
+    cu.write_text(conv_source([c.spec for c in cases]))
+    procs = {arch: subprocess.Popen([NVCC, flag, *TORCH_NVCC, "-std=c++17", "-O3", *flags, "-cubin", "-Xptxas", "-v",
+                                     str(cu), "-o", str(out / f"{arch}.cubin")], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True) for arch, flag in ARCHS.items()}
+    logs = {arch: proc.communicate()[0] for arch, proc in procs.items()}
+    for arch, proc in procs.items():
+        assert proc.returncode == 0, logs[arch][-3000:]
+    return logs
+
+
 @pytest.fixture(scope="module")
 def nvcc_logs(tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc not installed")
-    out = tmp_path_factory.mktemp("conv_nvcc")
-    cu = out / "sites.cu"
-    cu.write_text(conv_source([c.spec for c in NVCC_CASES]))
-    procs = {arch: subprocess.Popen([NVCC, flag, *TORCH_NVCC, "-std=c++17", "-O3", "-lineinfo", "-cubin", "-Xptxas", "-v",
-                                     str(cu), "-o", str(out / f"{arch}.cubin")], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True) for arch, flag in ARCHS.items()}
-    logs = {}
-    for arch, proc in procs.items():
-        logs[arch] = proc.communicate()[0]
-        assert proc.returncode == 0, logs[arch][-3000:]
-    return logs
+    return ptxas_logs(tmp_path_factory.mktemp("conv_nvcc"), NVCC_CASES, "-lineinfo")
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))

@@ -6,16 +6,14 @@ groups, bias and epilogues, fp32 (3xTF32, 1xTF32), fp16, bf16, channels-last and
 from __future__ import annotations
 
 import math
-import shutil
 
 import pytest
 import torch
 
-from conv_harness import TOLERANCE, bind, build_emu, errors, operands, oracle, random_sites, result, sweep
+from conv_harness import TOLERANCE, bind, build_emu, emulators, errors, operands, oracle, random_sites, result, sweep
 from helpers import sweep_ways
 from torchweld.codegen.conv_spec import TILES, TILES90, plan
 
-GXX = shutil.which("g++")
 
 
 RANDOM = random_sites(2026, 16)
@@ -24,10 +22,7 @@ CASES = sweep() + RANDOM
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
-    if GXX is None:
-        pytest.skip("g++ not installed")
-    out = tmp_path_factory.mktemp("conv")
-    return {cc: build_emu([c.spec for c in CASES], out, cc=cc) for cc in (80, 90)}
+    return emulators(tmp_path_factory, "conv", CASES)
 
 
 @pytest.mark.parametrize("which", ["all", "default"])

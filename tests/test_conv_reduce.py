@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conv_harness import TOLERANCE, bind, build_emu, errors, operands, oracle, result, site, sweep
+from conv_harness import TOLERANCE, bind, build_emu, emulators, errors, operands, oracle, result, site, sweep
 from helpers import sweep_ways
 from torchweld.codegen.conv_spec import plan, unsupported
 
@@ -22,10 +22,7 @@ WAYS = [(90, 1), (80, 1), (80, 0)]
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
-    if GXX is None:
-        pytest.skip("g++ not installed")
-    out = tmp_path_factory.mktemp("conv_reduce")
-    return {cc: build_emu([c.spec for c in CASES], out, cc=cc) for cc in (80, 90)}
+    return emulators(tmp_path_factory, "conv_reduce", CASES)
 
 
 def test_cases_cover_the_reductions():
@@ -129,21 +126,10 @@ NVCC_CASES = [
 
 @pytest.fixture(scope="module")
 def nvcc_logs(tmp_path_factory):
-    from test_conv_codegen import ARCHS, NVCC, TORCH_NVCC
-    import subprocess
-    from torchweld.codegen.conv_source import conv_source
+    from test_conv_codegen import NVCC, ptxas_logs
     if NVCC is None:
         pytest.skip("nvcc not installed")
-    out = tmp_path_factory.mktemp("conv_reduce_nvcc")
-    cu = out / "sites.cu"
-    cu.write_text(conv_source([c.spec for c in NVCC_CASES]))
-    procs = {arch: subprocess.Popen([NVCC, flag, *TORCH_NVCC, "-std=c++17", "-O3", "-cubin", "-Xptxas", "-v",
-                                     str(cu), "-o", str(out / f"{arch}.cubin")], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True) for arch, flag in ARCHS.items()}
-    logs = {arch: proc.communicate()[0] for arch, proc in procs.items()}
-    for arch, proc in procs.items():
-        assert proc.returncode == 0, logs[arch][-3000:]
-    return logs
+    return ptxas_logs(tmp_path_factory.mktemp("conv_reduce_nvcc"), NVCC_CASES)
 
 
 @pytest.mark.parametrize("arch", ["sm90a", "sm80"])

@@ -74,21 +74,31 @@ def _problem(tmp: Path, name: str, table: dict) -> Path:
     return one_input_problem(tmp, name, body, init, inputs)
 
 
+def _compiled(tmp: Path, name: str, table: dict):
+    """(the problem's path, its compile with our convolution, our convolution sites)."""
+    path = _problem(tmp, name, table)
+    result = compile_problem(load_problem(path), Options(conv_ours=True))
+    return path, result, [s for s in result.plan.conv_ours.values() if isinstance(s, OursConv)]
+
+
+def _each_way(path: Path, result, tmp: Path, inputs: str):
+    """((cc, vec, way), eager's output, the emulated file's) for both loops, the element gather and cuDNN's way."""
+    torch.manual_seed(1)
+    xs = eval(f"[{inputs}]", {"torch": torch})
+    for cc, vec, way in ((90, True, "ours"), (80, True, "ours"), (80, False, "ours"), (80, True, "cudnn")):
+        ref, new = reference_and_new(path, _emulated(result, tmp, cc, vec, way))
+        with torch.no_grad():
+            yield (cc, vec, way), ref(*xs), new(*xs)
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_folded_reduction_matches_eager_on_the_emulator(tmp_path, name):
     """Both loops (cc 9.0 and 8.0, 16-byte gathers) and the element gather, and cuDNN's way, against eager."""
-    path = _problem(tmp_path, name, PROBLEMS)
-    result = compile_problem(load_problem(path), Options(conv_ours=True))
-    sites = [s for s in result.plan.conv_ours.values() if isinstance(s, OursConv)]
+    path, result, sites = _compiled(tmp_path, name, PROBLEMS)
     assert [s.reduce for s in sites] == [PROBLEMS[name][3]], list(result.plan.conv_ours.values())
     assert [k.kind for k in result.plan.kernels] == ["conv"]  # the reduce kernel is gone
-    torch.manual_seed(1)
-    inputs = eval(f"[{PROBLEMS[name][2]}]", {"torch": torch})
-    for cc, vec, way in ((90, True, "ours"), (80, True, "ours"), (80, False, "ours"), (80, True, "cudnn")):
-        ref, new = reference_and_new(path, _emulated(result, tmp_path, cc, vec, way))
-        with torch.no_grad():
-            want, got = ref(*inputs), new(*inputs)
+    for (cc, vec, way), want, got in _each_way(path, result, tmp_path, PROBLEMS[name][2]):
         assert got.shape == want.shape and not got.isnan().any(), (cc, vec, way)
         tol = 1e-4 if want.dtype == torch.float32 else 1e-2
         torch.testing.assert_close(got, want, rtol=tol, atol=tol, msg=lambda m: f"{cc} {vec} {way}: {m}")
@@ -96,9 +106,7 @@ def test_folded_reduction_matches_eager_on_the_emulator(tmp_path, name):
 
 @pytest.mark.parametrize("name", list(REFUSED))
 def test_plan_says_where_a_reduction_does_not_fold(tmp_path, name):
-    path = _problem(tmp_path, name, REFUSED)
-    result = compile_problem(load_problem(path), Options(conv_ours=True))
-    sites = [s for s in result.plan.conv_ours.values() if isinstance(s, OursConv)]
+    _, _, sites = _compiled(tmp_path, name, REFUSED)
     assert sites and all(not s.reduce for s in sites), sites
     assert any(REFUSED[name][3] in s.no_fold for s in sites), [s.no_fold for s in sites]
 
@@ -107,17 +115,10 @@ def test_plan_says_where_a_reduction_does_not_fold(tmp_path, name):
 @pytest.mark.parametrize("name", list(STORED))
 def test_stored_and_reduced_match_eager_on_the_emulator(tmp_path, name):
     """Both outputs (the full one and the reduction) of the one conv kernel, both loops, against eager."""
-    path = _problem(tmp_path, name, STORED)
-    result = compile_problem(load_problem(path), Options(conv_ours=True))
-    sites = [s for s in result.plan.conv_ours.values() if isinstance(s, OursConv)]
+    path, result, sites = _compiled(tmp_path, name, STORED)
     assert [(s.reduce, bool(s.also)) for s in sites] == [(STORED[name][3], True)]
     assert [k.kind for k in result.plan.kernels] == ["conv"] and len(result.plan.kernels[0].outputs) == 2
-    torch.manual_seed(1)
-    inputs = eval(f"[{STORED[name][2]}]", {"torch": torch})
-    for cc, vec, way in ((90, True, "ours"), (80, True, "ours"), (80, False, "ours"), (80, True, "cudnn")):
-        ref, new = reference_and_new(path, _emulated(result, tmp_path, cc, vec, way))
-        with torch.no_grad():
-            want, got = ref(*inputs), new(*inputs)
+    for (cc, vec, way), want, got in _each_way(path, result, tmp_path, STORED[name][2]):
         assert len(got) == len(want) == 2
         for g, w in zip(got, want):
             assert g.shape == w.shape and not g.isnan().any(), (cc, vec, way)
