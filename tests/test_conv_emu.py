@@ -14,8 +14,6 @@ from conv_harness import TOLERANCE, bind, build_emu, emulators, errors, operands
 from helpers import sweep_ways
 from torchweld.codegen.conv_spec import TILES, TILES90, plan
 
-
-
 RANDOM = random_sites(2026, 16)
 CASES = sweep() + RANDOM
 
